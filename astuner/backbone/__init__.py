@@ -1,0 +1,48 @@
+"""Backbones run the training loop: `--backbone` picks one from `BACKBONES`.
+
+A backbone is a module with `run(ctx: RunContext) -> None`. verl, trinity, ray and vllm are imported
+only inside their backbone modules.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from astuner.errors import BackboneUnavailable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from astuner.config import Plugins, RunConfig
+    from astuner.records import RunDir
+
+BACKBONES = {
+    "debug": "astuner.backbone.debug",
+    "verl": "astuner.backbone.verl",
+    "trinity": "astuner.backbone.trinity",
+}
+
+
+@dataclass
+class RunContext:
+    config: "RunConfig"
+    plugins: "Plugins"
+    run_dir: "RunDir"
+    with_ray: bool = False
+    with_logview: bool = False
+
+
+def load_backbone(name: str) -> ModuleType:
+    """The backbone module for `name`; `BackboneUnavailable` when this version does not ship it."""
+    module_name = BACKBONES.get(name)
+    if module_name is None:
+        raise BackboneUnavailable(f"unknown backbone {name!r}; choose one of {', '.join(BACKBONES)}")
+    if importlib.util.find_spec(module_name) is None:
+        raise BackboneUnavailable(f"backbone {name} is not available in this version; "
+                                  f"use --dry-run to check the config, or another --backbone")
+    module = importlib.import_module(module_name)
+    if not callable(getattr(module, "run", None)):
+        raise TypeError(f"backbone module {module_name} has no run(ctx) function")
+    return module

@@ -1,0 +1,102 @@
+"""The `astuner` command. `main(argv) -> int`; exit codes: 0 ok, 2 user error, 1 internal failure,
+130 interrupted. Nothing heavy (torch, transformers, ray, vllm, verl, trinity) is imported here."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+EXIT_OK, EXIT_INTERNAL, EXIT_USER, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+EPILOG = """\
+overrides: trailing Hydra-style overrides, e.g.  astuner.rollout.num_repeat=8  +astuner.new_key=1  ~trinity.trainer
+examples:
+  astuner --conf tutorial/example_math_agent/math_agent.yaml --dry-run
+  astuner --conf my_agent.yaml --backbone=debug astuner.data.train_batch_size=8
+  astuner --conf my_agent.yaml --backbone=trinity --with-ray
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="astuner", description="Train an AgentScope agent with reinforcement learning.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--conf", required=True, metavar="PATH", help="the experiment YAML")
+    parser.add_argument("--backbone", choices=["debug", "verl", "trinity"], default="debug",
+                        help="debug: one machine, no Ray; verl / trinity: distributed training on Ray (default: debug)")
+    parser.add_argument("--with-ray", action="store_true", help="start a local Ray head when none is reachable")
+    parser.add_argument("--with-logview", action="store_true", help="serve the trajectory log viewer during the run")
+    parser.add_argument("--exp-dir", default="launcher_record", metavar="DIR",
+                        help="parent folder of run records (default: launcher_record)")
+    parser.add_argument("--resume", action="store_true", help="continue the run already in the run folder")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="compose and validate the config, resolve plug-ins, print the merged config, start nothing")
+    parser.add_argument("overrides", nargs="*", metavar="OVERRIDE", help="Hydra-style config overrides")
+    return parser
+
+
+def _error(message: str) -> None:
+    print(f"astuner: error: {message}", file=sys.stderr)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from astuner.config import load_run_config, resolve_plugins
+    from astuner.records.run_dir import dump_config
+
+    run_config = load_run_config(args.conf, args.overrides)
+    plugins = resolve_plugins(run_config)
+    from astuner.task_reader import check_task_source
+
+    check_task_source(run_config.astuner, run_config.extra_roots)
+    run_root = Path(args.exp_dir) / run_config.experiment_name
+    if args.dry_run:
+        sys.stdout.write(dump_config(run_config.merged))
+        judge = run_config.astuner.task_judge.judge_protocol or "none (the workflow returns rewards)"
+        print(f"astuner: config OK (dry run, nothing started): backbone={args.backbone}, "
+              f"workflow={run_config.astuner.rollout.agentscope_workflow}, judge={judge}, run folder={run_root}",
+              file=sys.stderr)
+        return EXIT_OK
+
+    from astuner.backbone import RunContext, load_backbone
+    from astuner.records import prepare_run_dir
+    from astuner.records.run_dir import check_run_dir
+
+    backbone = load_backbone(args.backbone)
+    check_run_dir(Path(args.exp_dir), run_config.experiment_name, args.resume)
+    run_dir = prepare_run_dir(Path(args.exp_dir), run_config.experiment_name, run_config.merged, args.resume)
+    backbone.run(RunContext(config=run_config, plugins=plugins, run_dir=run_dir,
+                            with_ray=args.with_ray, with_logview=args.with_logview))
+    return EXIT_OK
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_intermixed_args(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as exc:  # argparse printed the usage error (or --help)
+        return int(exc.code or 0)
+
+    from astuner.errors import UserError
+
+    try:
+        return _run(args)
+    except UserError as exc:
+        _error(str(exc))
+        return exc.exit_code
+    except KeyboardInterrupt:
+        _error("interrupted")
+        return EXIT_INTERRUPTED
+    except Exception:
+        import traceback
+
+        from loguru import logger
+
+        logger.error(f"internal failure:\n{traceback.format_exc()}")
+        _error("internal failure (traceback above); please report it with the config you ran")
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

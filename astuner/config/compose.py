@@ -1,0 +1,173 @@
+"""Compose the run configuration with Hydra.
+
+Layers, later wins: verl_default < trinity_default < astuner_default < the user's file < CLI overrides.
+The user's `hydra.searchpath` entries are resolved so the same YAML works from any directory:
+`file://astuner/...` is looked up in the cwd first, then in the installed package, then next to the
+YAML; `pkg://astuner/...` always means the installed package. A user file without `defaults:` gets the
+standard list, and our default folders are always searched last.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from astuner.config.source_map import SourceMap
+from astuner.errors import ConfigError
+
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG_DIRS = [
+    PACKAGE_DIR / "default_config",
+    PACKAGE_DIR / "default_config" / "verl",
+    PACKAGE_DIR / "default_config" / "trinity",
+]
+STANDARD_DEFAULTS = ["verl_default", "trinity_default", "astuner_default", "_self_"]
+_PRIMARY_NAME = "astuner_run_config"
+
+
+@dataclass
+class ComposedConfig:
+    """The merged, resolved configuration and where its keys came from."""
+
+    conf_path: Path
+    merged: dict[str, Any]
+    source: SourceMap
+    searchpath: list[str]
+
+
+def _load_user_yaml(conf_path: Path) -> DictConfig:
+    if not conf_path.exists():
+        raise ConfigError(f"config file {conf_path} does not exist; pass an existing YAML with --conf")
+    if not conf_path.is_file():
+        raise ConfigError(f"--conf {conf_path} is a folder, not a YAML file")
+    try:
+        loaded = OmegaConf.load(conf_path)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        where = f"{conf_path}:{mark.line + 1}" if mark is not None else str(conf_path)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{where}: YAML syntax error: {problem}") from None
+    except (OmegaConfBaseException, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{conf_path}: cannot be read as a config: {exc}".splitlines()[0]) from None
+    if not isinstance(loaded, DictConfig):
+        raise ConfigError(f"{conf_path}: the file must hold a mapping (astuner: ..., hydra: ...), not a list")
+    return loaded
+
+
+def _resolve_search_entry(entry: Any, conf_path: Path, src: SourceMap) -> str:
+    where = src.where("hydra.searchpath")
+    if not isinstance(entry, str):
+        raise ConfigError(f"{where}: hydra.searchpath entries must be strings, got {entry!r}")
+    if entry.startswith("pkg://astuner"):
+        rel = entry[len("pkg://astuner"):].strip("/").replace(".", "/")
+        target = PACKAGE_DIR / rel
+        if not target.is_dir():
+            raise ConfigError(f"{where}: hydra.searchpath entry {entry!r} names no folder of the astuner package")
+        return f"file://{target}"
+    if not entry.startswith("file://"):
+        return entry  # other schemes (pkg://other_package) are Hydra's to resolve
+    raw = entry[len("file://"):]
+    if Path(raw).is_absolute():
+        candidates = [Path(raw)]
+    else:
+        candidates = [Path.cwd() / raw]
+        first = Path(raw).parts[0] if Path(raw).parts else ""
+        if first == "astuner":
+            candidates.append(PACKAGE_DIR.parent / raw)
+        candidates.append(conf_path.parent / raw)
+    for cand in candidates:
+        if cand.is_dir():
+            return f"file://{cand.resolve()}"
+    tried = ", ".join(str(c) for c in candidates)
+    raise ConfigError(f"{where}: hydra.searchpath entry {entry!r} is not a folder (tried {tried}); "
+                      f"fix the path or use pkg://astuner/default_config")
+
+
+def _check_overrides(overrides: list[str]) -> None:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    parser = OverridesParser.create()
+    for override in overrides:
+        try:
+            parser.parse_overrides([override])
+        except OverrideParseException as exc:
+            first = str(exc).strip().splitlines()[0]
+            raise ConfigError(f"command-line override '{override}' is not valid: {first}; "
+                              f"write key=value, +new.key=value or ~key") from None
+
+
+def _suggest_key(key: str) -> str:
+    import difflib
+
+    from astuner.config.schema import AstunerConfig
+    from astuner.config.validate import all_leaf_paths
+
+    close = difflib.get_close_matches(key, all_leaf_paths(AstunerConfig, "astuner"), n=1, cutoff=0.8)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def compose_config(conf_path: Path | str, overrides: list[str] | None = None) -> ComposedConfig:
+    """Merge defaults, the user's YAML and overrides; resolve interpolations; keep key locations."""
+    from hydra import compose, initialize
+    from hydra.core.config_store import ConfigStore
+    from hydra.errors import HydraException, MissingConfigException
+
+    overrides = list(overrides or [])
+    conf_path = Path(conf_path).absolute()
+    user = _load_user_yaml(conf_path)
+    src = SourceMap(conf_path, overrides)
+    _check_overrides(overrides)
+
+    user_search = OmegaConf.select(user, "hydra.searchpath", default=None)
+    if user_search is not None and not OmegaConf.is_list(user_search):
+        raise ConfigError(f"{src.where('hydra.searchpath')}: hydra.searchpath must be a list of folders")
+    searchpath: list[str] = []
+    for entry in list(user_search or []) + [f"file://{conf_path.parent}"] + [f"file://{d}" for d in DEFAULT_CONFIG_DIRS]:
+        resolved = _resolve_search_entry(entry, conf_path, src)
+        if resolved not in searchpath:
+            searchpath.append(resolved)
+
+    primary = OmegaConf.to_container(user, resolve=False)
+    defaults = primary.pop("defaults", None)
+    if defaults is None:
+        defaults = list(STANDARD_DEFAULTS)
+    elif not isinstance(defaults, list):
+        raise ConfigError(f"{src.where('defaults')}: defaults must be a list such as {STANDARD_DEFAULTS}")
+    hydra_node = primary.pop("hydra", None) or {}
+    if not isinstance(hydra_node, dict):
+        raise ConfigError(f"{src.where('hydra')}: hydra must be a mapping")
+    hydra_node["searchpath"] = searchpath
+    primary["defaults"] = defaults
+    primary["hydra"] = hydra_node
+    ConfigStore.instance().store(name=_PRIMARY_NAME, node=primary, provider="astuner")
+
+    try:
+        with initialize(version_base="1.3", config_path=None):
+            cfg = compose(config_name=_PRIMARY_NAME, overrides=overrides)
+    except MissingConfigException as exc:
+        missing = getattr(exc, "missing_cfg_file", None) or str(exc).strip().splitlines()[0]
+        raise ConfigError(f"{src.where('defaults')}: defaults entry {missing!r} was not found in the search path "
+                          f"({', '.join(searchpath)}); check defaults and hydra.searchpath") from None
+    except (HydraException, OmegaConfBaseException) as exc:
+        message = " ".join(str(exc).split())
+        message = message.replace(f"'{_PRIMARY_NAME}'", str(conf_path))
+        culprit = next((o for o in overrides if o.split("=", 1)[0].lstrip("+~") in message), None)
+        where = f"command-line override '{culprit}'" if culprit else str(conf_path)
+        if culprit and message.startswith("Could not override"):
+            message += _suggest_key(culprit.split("=", 1)[0].lstrip("+~"))
+        raise ConfigError(f"{where}: {message}") from None
+
+    try:
+        merged = OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None) or "?"
+        message = " ".join(str(exc).split("\n")[0].split())
+        where = src.where(key) if key != "?" else str(conf_path)
+        raise ConfigError(f"{where}: cannot resolve '{key}': {message}") from None
+    return ComposedConfig(conf_path=conf_path, merged=merged, source=src, searchpath=searchpath)

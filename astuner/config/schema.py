@@ -1,0 +1,118 @@
+"""Typed schema of the `astuner:` config tree.
+
+Defaults live in `default_config/astuner_default.yaml` (documented there, key by key); the dataclass
+defaults below must equal them (a test checks), so code that builds a config without YAML gets the same
+values. Later features add their keys here and in the YAML together.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+@dataclass
+class HuggingfaceDatRepoConfig:
+    dataset_path: Optional[str] = None
+    dataset_name: Optional[str] = None
+    training_split: str = "train"
+    validation_split: Optional[str] = "test"
+
+
+@dataclass
+class DatasetFileSplitConfig:
+    file_path: Optional[str] = None
+
+
+@dataclass
+class DatasetFileConfig:
+    training: DatasetFileSplitConfig = field(default_factory=DatasetFileSplitConfig)
+    validation: DatasetFileSplitConfig = field(default_factory=DatasetFileSplitConfig)
+
+
+@dataclass
+class EnvServiceConfig:
+    env_url: Optional[str] = None
+    env_type: Optional[str] = None
+    training_split: str = "train"
+    validation_split: Optional[str] = "val"
+    timeout_s: float = 30.0
+
+
+@dataclass
+class TaskReaderConfig:
+    type: str = "huggingface_dat_repo"
+    query_field: str = "question"
+    huggingface_dat_repo: HuggingfaceDatRepoConfig = field(default_factory=HuggingfaceDatRepoConfig)
+    dataset_file: DatasetFileConfig = field(default_factory=DatasetFileConfig)
+    env_service: EnvServiceConfig = field(default_factory=EnvServiceConfig)
+
+
+@dataclass
+class DataConfig:
+    train_batch_size: int = 32
+    max_prompt_length: int = 3000
+    max_response_length: int = 10000
+
+
+@dataclass
+class ModelConfig:
+    path: Optional[str] = None
+
+
+@dataclass
+class MultiTurnConfig:
+    max_sample_per_task: int = 4
+
+
+@dataclass
+class ValKwargsConfig:
+    temperature: float = 0.0
+    top_p: float = 1.0
+    num_repeat: int = 1
+
+
+@dataclass
+class RolloutConfig:
+    agentscope_workflow: Optional[str] = None
+    temperature: float = 0.9
+    top_p: float = 1.0
+    max_env_worker: int = 64
+    num_repeat: int = 4
+    agent_madness_reward: float = -1.0
+    compute_madness_checklist: list[str] = field(default_factory=lambda: ["nonsense"])
+    tensor_model_parallel_size: int = 1
+    max_num_seqs: int = 64
+    multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
+    max_response_length_in_one_turn: int = 4096
+    max_model_len: int = 13000
+    val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
+
+
+@dataclass
+class TaskJudgeConfig:
+    judge_protocol: Optional[str] = None
+
+
+@dataclass
+class TrainerCommonConfig:
+    save_freq: int = 20
+    test_freq: int = 20
+    total_epochs: int = 1
+    trinity_only__n_vllm_engine: int = 1
+
+
+@dataclass
+class AstunerConfig:
+    project_name: str = "astuner_project"
+    experiment_name: Optional[str] = None
+    task_reader: TaskReaderConfig = field(default_factory=TaskReaderConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    task_judge: TaskJudgeConfig = field(default_factory=TaskJudgeConfig)
+    trainer_common: TrainerCommonConfig = field(default_factory=TrainerCommonConfig)
+
+
+TASK_READER_TYPES = ("huggingface_dat_repo", "dataset_file", "env_service")
+MADNESS_CHECKS = ("nonsense", "wrong_toolcall")

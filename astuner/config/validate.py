@@ -1,0 +1,224 @@
+"""Check the composed `astuner:` tree against the schema and turn it into typed dataclasses.
+
+Every problem becomes one line: where (file:line or the override), which key, what was wrong, how to fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from collections.abc import Mapping
+from typing import Any, Union
+
+from astuner.config.schema import TASK_READER_TYPES, MADNESS_CHECKS, AstunerConfig
+from astuner.config.source_map import SourceMap
+from astuner.errors import ConfigError
+
+_NoneType = type(None)
+
+
+def _type_name(tp: Any) -> str:
+    if dataclasses.is_dataclass(tp):
+        return "a mapping"
+    origin = typing.get_origin(tp)
+    if origin is Union:
+        args = [a for a in typing.get_args(tp) if a is not _NoneType]
+        return " or ".join(_type_name(a) for a in args) + " or null"
+    if origin is list:
+        return f"a list of {_type_name(typing.get_args(tp)[0])}s"
+    if origin is dict:
+        return "a mapping"
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}.get(tp, str(tp))
+
+
+def all_leaf_paths(cls: type, prefix: str) -> list[str]:
+    out = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        path = f"{prefix}.{f.name}"
+        out.append(path)
+        if dataclasses.is_dataclass(hints[f.name]):
+            out.extend(all_leaf_paths(hints[f.name], path))
+    return out
+
+
+class _Builder:
+    def __init__(self, src: SourceMap):
+        self.src = src
+        self.errors: list[str] = []
+
+    def error(self, dotted: str, message: str) -> None:
+        self.errors.append(f"{self.src.where(dotted)}: {message}")
+
+    def build(self, cls: type, data: Mapping, path: str) -> Any:
+        hints = typing.get_type_hints(cls)
+        names = [f.name for f in dataclasses.fields(cls)]
+        for key in data:
+            if key not in names:
+                self.unknown_key(str(key), names, path)
+        kwargs = {}
+        for f in dataclasses.fields(cls):
+            if f.name in data:
+                ok, value = self.convert(hints[f.name], data[f.name], f"{path}.{f.name}")
+                if ok:
+                    kwargs[f.name] = value
+        return cls(**kwargs)
+
+    def unknown_key(self, key: str, names: list[str], path: str) -> None:
+        dotted = f"{path}.{key}"
+        close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+        if close:
+            hint = f"did you mean '{path}.{close[0]}'?"
+        else:
+            elsewhere = [p for p in all_leaf_paths(AstunerConfig, "astuner") if p.rsplit(".", 1)[1] == key]
+            if elsewhere:
+                hint = f"did you mean '{elsewhere[0]}'? ('{key}' belongs there)"
+            else:
+                hint = f"valid keys under {path}: {', '.join(names)}"
+        self.error(dotted, f"unknown key '{dotted}'; {hint}")
+
+    def convert(self, tp: Any, value: Any, path: str) -> tuple[bool, Any]:
+        def bad() -> tuple[bool, Any]:
+            self.error(path, f"{path} must be {_type_name(tp)}, got {value!r} ({type(value).__name__})")
+            return False, None
+
+        if tp is Any:
+            return True, value
+        origin = typing.get_origin(tp)
+        if origin is Union:
+            args = [a for a in typing.get_args(tp) if a is not _NoneType]
+            if value is None:
+                return True, None
+            tp_inner = args[0]
+            ok, out = self.convert(tp_inner, value, path)
+            return ok, out
+        if dataclasses.is_dataclass(tp):
+            if not isinstance(value, Mapping):
+                return bad()
+            before = len(self.errors)
+            out = self.build(tp, value, path)
+            return len(self.errors) == before, out
+        if origin is list:
+            if not isinstance(value, (list, tuple)):
+                return bad()
+            (item_tp,) = typing.get_args(tp)
+            items = []
+            ok_all = True
+            for i, item in enumerate(value):
+                ok, out = self.convert(item_tp, item, f"{path}[{i}]")
+                ok_all &= ok
+                items.append(out)
+            return ok_all, items
+        if origin is dict:
+            return (True, dict(value)) if isinstance(value, Mapping) else bad()
+        if tp is bool:
+            return (True, value) if isinstance(value, bool) else bad()
+        if tp is int:
+            return (True, value) if isinstance(value, int) and not isinstance(value, bool) else bad()
+        if tp is float:
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return True, float(value)
+            return bad()
+        if tp is str:
+            return (True, value) if isinstance(value, str) else bad()
+        raise TypeError(f"schema type {tp!r} at {path} is not supported by the validator")
+
+
+def validate_astuner_tree(tree: Any, src: SourceMap) -> AstunerConfig:
+    """Typed `AstunerConfig` from the composed `astuner:` mapping, or `ConfigError` listing every problem."""
+    builder = _Builder(src)
+    if not isinstance(tree, Mapping):
+        raise ConfigError(f"{src.conf_path}: the top-level key 'astuner' must be a mapping, got {tree!r}")
+    cfg = builder.build(AstunerConfig, tree, "astuner")
+    if not builder.errors:
+        _check_rules(cfg, builder)
+    if builder.errors:
+        raise ConfigError("\n".join(builder.errors))
+    return cfg
+
+
+def _check_rules(cfg: AstunerConfig, b: _Builder) -> None:
+    """Cross-field and range rules; each message says how to fix the value."""
+
+    def positive(path: str, value: int | float) -> None:
+        if value <= 0:
+            b.error(path, f"{path} must be positive, got {value}")
+
+    def required(path: str, value: Any, how: str) -> None:
+        if value in (None, ""):
+            b.error(path, f"{path} is not set; {how}")
+
+    if not cfg.project_name.strip():
+        b.error("astuner.project_name", "astuner.project_name must not be empty")
+    name = cfg.experiment_name
+    if name is not None and (not name.strip() or "/" in name or "\\" in name or name in (".", "..")):
+        b.error("astuner.experiment_name",
+                f"astuner.experiment_name {name!r} is not a folder name; use letters, digits, '.', '_' or '-'")
+
+    tr = cfg.task_reader
+    if tr.type not in TASK_READER_TYPES:
+        close = difflib.get_close_matches(tr.type, TASK_READER_TYPES, n=1, cutoff=0.5)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        b.error("astuner.task_reader.type",
+                f"astuner.task_reader.type {tr.type!r} is not a task reader; {hint}choose one of {', '.join(TASK_READER_TYPES)}")
+    elif tr.type == "huggingface_dat_repo":
+        required("astuner.task_reader.huggingface_dat_repo.dataset_path", tr.huggingface_dat_repo.dataset_path,
+                 "set it to a hub id (openai/gsm8k) or a local dataset folder or file")
+    elif tr.type == "dataset_file":
+        required("astuner.task_reader.dataset_file.training.file_path", tr.dataset_file.training.file_path,
+                 "set it to a JSON-lines file of training tasks")
+    elif tr.type == "env_service":
+        es = tr.env_service
+        required("astuner.task_reader.env_service.env_url", es.env_url,
+                 "set it to the service's base URL, e.g. http://127.0.0.1:8080")
+        required("astuner.task_reader.env_service.env_type", es.env_type, "set it to the environment type to run")
+        if es.env_url and not es.env_url.startswith(("http://", "https://")):
+            b.error("astuner.task_reader.env_service.env_url",
+                    f"astuner.task_reader.env_service.env_url {es.env_url!r} must start with http:// or https://")
+        positive("astuner.task_reader.env_service.timeout_s", es.timeout_s)
+
+    for key in ("train_batch_size", "max_prompt_length", "max_response_length"):
+        positive(f"astuner.data.{key}", getattr(cfg.data, key))
+    required("astuner.model.path", cfg.model.path, "set it to a hub id or a local model folder")
+
+    ro = cfg.rollout
+    required("astuner.rollout.agentscope_workflow", ro.agentscope_workflow,
+             "name your workflow as 'package.module->Class' or 'path/to/file.py->Class'")
+    for key in ("max_env_worker", "num_repeat", "tensor_model_parallel_size", "max_num_seqs",
+                "max_response_length_in_one_turn", "max_model_len"):
+        positive(f"astuner.rollout.{key}", getattr(ro, key))
+    positive("astuner.rollout.multi_turn.max_sample_per_task", ro.multi_turn.max_sample_per_task)
+    positive("astuner.rollout.val_kwargs.num_repeat", ro.val_kwargs.num_repeat)
+    for prefix, temperature, top_p in (("astuner.rollout", ro.temperature, ro.top_p),
+                                       ("astuner.rollout.val_kwargs", ro.val_kwargs.temperature, ro.val_kwargs.top_p)):
+        if temperature < 0:
+            b.error(f"{prefix}.temperature", f"{prefix}.temperature must be >= 0 (0 = greedy), got {temperature}")
+        if not 0 < top_p <= 1:
+            b.error(f"{prefix}.top_p", f"{prefix}.top_p must be in (0, 1], got {top_p}")
+    for i, check in enumerate(ro.compute_madness_checklist):
+        if check not in MADNESS_CHECKS:
+            b.error(f"astuner.rollout.compute_madness_checklist[{i}]",
+                    f"unknown madness check {check!r} in astuner.rollout.compute_madness_checklist; "
+                    f"known checks: {', '.join(MADNESS_CHECKS)}")
+
+    d = cfg.data
+    if not b.errors and d.max_prompt_length + d.max_response_length > ro.max_model_len:
+        total = d.max_prompt_length + d.max_response_length
+        b.error("astuner.data.max_response_length",
+                f"astuner.data.max_prompt_length ({d.max_prompt_length}) + astuner.data.max_response_length "
+                f"({d.max_response_length}) = {total} exceeds astuner.rollout.max_model_len ({ro.max_model_len}); "
+                f"raise astuner.rollout.max_model_len to at least {total} or lower the two lengths")
+    if not b.errors and ro.max_response_length_in_one_turn >= ro.max_model_len:
+        b.error("astuner.rollout.max_response_length_in_one_turn",
+                f"astuner.rollout.max_response_length_in_one_turn ({ro.max_response_length_in_one_turn}) leaves no "
+                f"room for a prompt in astuner.rollout.max_model_len ({ro.max_model_len}); make it smaller")
+
+    tc = cfg.trainer_common
+    for key in ("save_freq", "test_freq"):
+        value = getattr(tc, key)
+        if value == 0 or value < -1:
+            b.error(f"astuner.trainer_common.{key}",
+                    f"astuner.trainer_common.{key} must be a positive number of steps or -1, got {value}")
+    positive("astuner.trainer_common.total_epochs", tc.total_epochs)
+    positive("astuner.trainer_common.trinity_only__n_vllm_engine", tc.trinity_only__n_vllm_engine)

@@ -1,0 +1,38 @@
+"""Error types. A `UserError` is something the user can fix (config, plug-in string, data); the CLI
+prints its one-line message and exits with code 2. Anything else is an internal failure (exit 1)."""
+
+
+class AstunerError(Exception):
+    """Base class of astuner's own errors."""
+
+    exit_code = 1
+
+
+class UserError(AstunerError):
+    """A mistake the user can fix; the message says what, where, and how."""
+
+    exit_code = 2
+
+
+class ConfigError(UserError):
+    """The composed configuration is invalid."""
+
+
+class PluginError(UserError):
+    """A `module->Name` / `file.py->Name` plug-in string cannot be resolved."""
+
+
+class DataError(UserError):
+    """A dataset, data file or environment service cannot be read."""
+
+
+class EnvServiceError(DataError):
+    """An environment service is unreachable or answered with an error."""
+
+
+class BackboneUnavailable(UserError):
+    """The requested backbone is not part of this version or its extra is not installed."""
+
+
+class RunDirError(UserError):
+    """The run folder cannot be used as asked (e.g. it already holds a run)."""

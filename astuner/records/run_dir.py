@@ -1,0 +1,91 @@
+"""The run folder: `{exp_dir}/{experiment_name}/` with config.yaml, astuner.log, tensorboard/,
+checkpoints/, trajectories/. An existing run is never overwritten silently: it is resumed (--resume)
+or the start is refused with a message saying how to proceed."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from loguru import logger
+
+from astuner.errors import RunDirError
+
+SUBDIRS = ("tensorboard", "checkpoints", "trajectories")
+RUN_MARKERS = ("config.yaml", "astuner.log", "checkpoints", "metrics.jsonl")
+
+
+@dataclass
+class RunDir:
+    root: Path
+    resumed: bool
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / "config.yaml"
+
+    @property
+    def log_path(self) -> Path:
+        return self.root / "astuner.log"
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.root / "tensorboard"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def trajectories(self) -> Path:
+        return self.root / "trajectories"
+
+
+def holds_run(folder: Path) -> bool:
+    return folder.is_dir() and any((folder / m).exists() for m in RUN_MARKERS)
+
+
+def check_run_dir(exp_dir: Path, experiment_name: str, resume: bool) -> Path:
+    """The run folder to use; `RunDirError` if it holds a run and `resume` is False. Writes nothing."""
+    root = Path(exp_dir) / experiment_name
+    if root.exists() and not root.is_dir():
+        raise RunDirError(f"{root} exists and is not a folder; remove it or pick another --exp-dir")
+    if holds_run(root) and not resume:
+        raise RunDirError(f"{root} already holds a run; continue it with --resume, start a new one with "
+                          f"astuner.experiment_name=<new name>, or move the folder away")
+    return root
+
+
+def dump_config(merged: dict[str, Any]) -> str:
+    return yaml.safe_dump(merged, sort_keys=False, allow_unicode=True)
+
+
+def prepare_run_dir(exp_dir: Path, experiment_name: str, merged: dict[str, Any], resume: bool) -> RunDir:
+    """Create (or reopen, with `resume`) the run folder, write config.yaml and start logging to astuner.log.
+    On resume a changed config is kept: the earlier one is saved as config.before_resume_<time>.yaml."""
+    root = check_run_dir(exp_dir, experiment_name, resume)
+    resumed = holds_run(root)
+    root.mkdir(parents=True, exist_ok=True)
+    for sub in SUBDIRS:
+        (root / sub).mkdir(exist_ok=True)
+    run = RunDir(root=root, resumed=resumed)
+    text = dump_config(merged)
+    if run.config_path.exists() and run.config_path.read_text(encoding="utf-8") != text:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        run.config_path.rename(root / f"config.before_resume_{stamp}.yaml")
+    run.config_path.write_text(text, encoding="utf-8")
+    setup_logging(run.log_path)
+    logger.info(f"{'resuming' if resumed else 'starting'} run in {root}")
+    return run
+
+
+def setup_logging(log_path: Path) -> None:
+    """Log to the console and append to `log_path`."""
+    logger.remove()
+    logger.add(sys.stderr, level="INFO", format="<green>{time:HH:mm:ss}</green> | <level>{level: <7}</level> | {message}")
+    logger.add(log_path, level="DEBUG", encoding="utf-8", enqueue=False,
+               format="{time:YYYY-MM-DD HH:mm:ss.SSS} | {level: <7} | {name}:{line} | {message}")

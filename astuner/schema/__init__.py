@@ -1,0 +1,6 @@
+"""Plain data passed between the task reader, the workflow, the judge and the trainer (no torch)."""
+
+from astuner.schema.task import Task, WorkflowTask
+from astuner.schema.output import JudgeOutput, WorkflowOutput
+
+__all__ = ["Task", "WorkflowTask", "WorkflowOutput", "JudgeOutput"]

@@ -1,0 +1,55 @@
+"""Task readers: where a run's tasks come from (`astuner.task_reader.type`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol, Sequence
+
+from astuner.config.schema import AstunerConfig
+from astuner.schema import Task
+
+
+class TaskReader(Protocol):
+    def train_tasks(self) -> list[Task]: ...
+
+    def val_tasks(self) -> list[Task]:
+        """The validation tasks; [] when the config names no validation set."""
+        ...
+
+
+def build_task_reader(cfg: AstunerConfig, extra_roots: Sequence[Path] = ()) -> TaskReader:
+    """The reader `cfg.task_reader.type` names; relative paths resolve against the cwd, then `extra_roots`."""
+    tr = cfg.task_reader
+    if tr.type == "huggingface_dat_repo":
+        from astuner.task_reader.huggingface import HuggingfaceDatRepoReader
+
+        h = tr.huggingface_dat_repo
+        return HuggingfaceDatRepoReader(h.dataset_path, h.dataset_name, h.training_split, h.validation_split,
+                                        tr.query_field, extra_roots)
+    if tr.type == "dataset_file":
+        from astuner.task_reader.dataset_file import DatasetFileReader
+
+        return DatasetFileReader(tr.dataset_file.training.file_path, tr.dataset_file.validation.file_path,
+                                 tr.query_field, extra_roots)
+    if tr.type == "env_service":
+        from astuner.task_reader.env_service import EnvServiceReader
+
+        e = tr.env_service
+        return EnvServiceReader(e.env_url, e.env_type, e.training_split, e.validation_split, e.timeout_s)
+    raise ValueError(f"unknown task reader type {tr.type!r}")  # validate_astuner_tree rejects this earlier
+
+
+def check_task_source(cfg: AstunerConfig, extra_roots: Sequence[Path] = ()) -> None:
+    """Cheap checks that need no download or network call (used by --dry-run before a run starts):
+    the files a `dataset_file` reader names exist."""
+    from astuner.config.paths import find_user_path, tried_paths
+    from astuner.errors import DataError
+
+    if cfg.task_reader.type != "dataset_file":
+        return
+    for split, split_cfg in (("training", cfg.task_reader.dataset_file.training),
+                             ("validation", cfg.task_reader.dataset_file.validation)):
+        raw = split_cfg.file_path
+        if raw and (find_user_path(raw, extra_roots) is None):
+            raise DataError(f"astuner.task_reader.dataset_file.{split}.file_path: {raw!r} does not exist "
+                            f"(tried {tried_paths(raw, extra_roots)})")

@@ -1,0 +1,101 @@
+"""`huggingface_dat_repo` reader: `datasets.load_dataset` on a hub id or a local copy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from loguru import logger
+
+from astuner.config.paths import find_user_path
+from astuner.errors import DataError
+from astuner.schema import Task
+from astuner.task_reader.rows import row_to_task, unique_ids
+
+_FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+KEY = "astuner.task_reader.huggingface_dat_repo.dataset_path"
+
+
+def _pick_split(dataset: Any, split: str, source: str) -> Any:
+    if hasattr(dataset, "keys"):  # DatasetDict
+        if split not in dataset:
+            raise DataError(f"dataset {source} has no split {split!r}; its splits: {', '.join(dataset.keys())}; "
+                            f"set astuner.task_reader.huggingface_dat_repo.training_split/validation_split")
+        return dataset[split]
+    return dataset
+
+
+def _load_local(path: Path, name: Optional[str], split: str) -> Any:
+    import datasets
+
+    if path.is_dir() and ((path / "dataset_dict.json").exists() or (path / "state.json").exists()):
+        return _pick_split(datasets.load_from_disk(str(path)), split, str(path))
+    if path.is_file():
+        builder = _FILE_BUILDERS.get(path.suffix.lower())
+        if builder is None:
+            raise DataError(f"{KEY}: {path} is not a .jsonl/.json/.parquet/.csv file")
+        return datasets.load_dataset(builder, data_files={"train": str(path)}, split="train")
+    try:
+        return datasets.load_dataset(str(path), name, split=split)
+    except ValueError as exc:
+        if "Unknown split" in str(exc):
+            raise DataError(f"dataset {path} has no split {split!r}: {exc}".splitlines()[0]) from None
+        raise DataError(f"{KEY}: {path} cannot be loaded as a dataset: {exc}".splitlines()[0]) from None
+
+
+def _load_hub(dataset_id: str, name: Optional[str], split: str) -> Any:
+    import datasets
+
+    attempts = [(dataset_id, name)]
+    parts = dataset_id.split("/")
+    if name is None and len(parts) == 2:
+        attempts.append((parts[0], parts[1]))  # 'gsm8k/main' = dataset gsm8k, configuration main
+    last: Optional[BaseException] = None
+    for path, config_name in attempts:
+        try:
+            return datasets.load_dataset(path, config_name, split=split)
+        except ValueError as exc:
+            if "Unknown split" in str(exc):
+                raise DataError(f"dataset {dataset_id!r} has no split {split!r}: {exc}".splitlines()[0]) from None
+            last = exc
+        except Exception as exc:  # offline, not on the hub, no cache: all end in the message below
+            last = exc
+    raise DataError(f"{KEY}: dataset {dataset_id!r} is not available locally and could not be fetched from the hub "
+                    f"({type(last).__name__}: {str(last).splitlines()[0] if str(last) else ''}); point dataset_path "
+                    f"at a local copy: a folder of jsonl/json/parquet files, one such file, or a save_to_disk folder")
+
+
+class HuggingfaceDatRepoReader:
+    """Tasks from a hub dataset or a local copy; the query is read from `query_field`."""
+
+    def __init__(self, dataset_path: str, dataset_name: Optional[str], training_split: str,
+                 validation_split: Optional[str], query_field: str, extra_roots: Sequence[Path] = ()):
+        self.dataset_path, self.dataset_name = dataset_path, dataset_name
+        self.training_split, self.validation_split = training_split, validation_split
+        self.query_field = query_field
+        self.local = find_user_path(dataset_path, extra_roots)
+
+    def _rows(self, split: str) -> Any:
+        if self.local is not None:
+            return _load_local(self.local, self.dataset_name, split)
+        return _load_hub(self.dataset_path, self.dataset_name, split)
+
+    def _tasks(self, split: str) -> list[Task]:
+        source = f"{self.dataset_path} [{split}]"
+        rows = self._rows(split)
+        tasks = [row_to_task(dict(row), i, split, self.query_field, f"{source} row {i}") for i, row in enumerate(rows)]
+        if not tasks:
+            raise DataError(f"{source}: the split holds no rows")
+        return unique_ids(tasks, source)
+
+    def train_tasks(self) -> list[Task]:
+        return self._tasks(self.training_split)
+
+    def val_tasks(self) -> list[Task]:
+        if not self.validation_split:
+            return []
+        if self.local is not None and self.local.is_file():
+            logger.warning(f"{self.dataset_path} is a single file, so it is the training split; there is no "
+                           f"validation split '{self.validation_split}' (set validation_split: null to silence this)")
+            return []
+        return self._tasks(self.validation_split)
