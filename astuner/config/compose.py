@@ -59,12 +59,11 @@ def _load_user_yaml(conf_path: Path) -> DictConfig:
     return loaded
 
 
-def _resolve_search_entry(entry: Any, conf_path: Path, src: SourceMap) -> str:
-    where = src.where("hydra.searchpath")
+def _resolve_search_entry(entry: Any, conf_path: Path, where: str) -> str:
     if not isinstance(entry, str):
         raise ConfigError(f"{where}: hydra.searchpath entries must be strings, got {entry!r}")
     if entry.startswith("pkg://astuner"):
-        rel = entry[len("pkg://astuner"):].strip("/").replace(".", "/")
+        rel = entry[len("pkg://astuner"):].replace(".", "/").strip("/")
         target = PACKAGE_DIR / rel
         if not target.is_dir():
             raise ConfigError(f"{where}: hydra.searchpath entry {entry!r} names no folder of the astuner package")
@@ -128,8 +127,10 @@ def compose_config(conf_path: Path | str, overrides: list[str] | None = None) ->
     if user_search is not None and not OmegaConf.is_list(user_search):
         raise ConfigError(f"{src.where('hydra.searchpath')}: hydra.searchpath must be a list of folders")
     searchpath: list[str] = []
-    for entry in list(user_search or []) + [f"file://{conf_path.parent}"] + [f"file://{d}" for d in DEFAULT_CONFIG_DIRS]:
-        resolved = _resolve_search_entry(entry, conf_path, src)
+    entries = [(e, src.where(f"hydra.searchpath[{i}]")) for i, e in enumerate(user_search or [])]
+    entries += [(f"file://{d}", "astuner") for d in [conf_path.parent, *DEFAULT_CONFIG_DIRS]]
+    for entry, where in entries:
+        resolved = _resolve_search_entry(entry, conf_path, where)
         if resolved not in searchpath:
             searchpath.append(resolved)
 

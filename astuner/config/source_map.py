@@ -25,6 +25,10 @@ def yaml_line_map(path: Path) -> dict[str, int]:
                 dotted = f"{prefix}.{key_node.value}" if prefix else str(key_node.value)
                 lines[dotted] = key_node.start_mark.line + 1
                 walk(value_node, dotted)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                lines[f"{prefix}[{i}]"] = item.start_mark.line + 1
+                walk(item, f"{prefix}[{i}]")
 
     if root is not None:
         walk(root, "")
@@ -60,7 +64,7 @@ class SourceMap:
         """Line of the key, or of its nearest parent written in the file (flow mappings, lists)."""
         parts = dotted.replace("[", ".[").split(".")
         while parts:
-            key = ".".join(p for p in parts if not p.startswith("["))
+            key = ".".join(parts).replace(".[", "[")
             if key in self.lines:
                 return self.lines[key]
             parts.pop()

@@ -26,7 +26,8 @@ def _type_name(tp: Any) -> str:
         args = [a for a in typing.get_args(tp) if a is not _NoneType]
         return " or ".join(_type_name(a) for a in args) + " or null"
     if origin is list:
-        return f"a list of {_type_name(typing.get_args(tp)[0])}s"
+        item = _type_name(typing.get_args(tp)[0]).split(" ", 1)[1]
+        return f"a list of {item}s"
     if origin is dict:
         return "a mapping"
     return {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}.get(tp, str(tp))

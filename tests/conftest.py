@@ -1,0 +1,118 @@
+"""Shared fixtures: the seed project of ARCHITECTURE.md section 1, CLI runner, data locations."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+GSM8K_DIR = Path(os.environ.get("ASTUNER_GSM8K_DIR", REPO_ROOT.parent / "shared" / "data" / "gsm8k"))
+
+# The user contract's YAML, verbatim.
+SEED_YAML = """\
+# math_agent/math_agent.yaml
+astuner:
+  project_name: math_agent
+  task_reader:
+    type: huggingface_dat_repo            # or dataset_file (jsonl) / env_service
+    huggingface_dat_repo: {dataset_path: 'gsm8k/main', training_split: train, validation_split: test}
+  data: {train_batch_size: 264, max_prompt_length: 3000, max_response_length: 10000}
+  model: {path: Qwen/Qwen2.5-14B-Instruct}   # hub id or local dir
+  rollout:
+    agentscope_workflow: math_agent.math_agent->MathAgentWorkflow   # or path/to/workflow.py->MathAgentWorkflow
+    temperature: 0.7
+    max_env_worker: 64
+    num_repeat: 4
+    agent_madness_reward: 0.0
+    tensor_model_parallel_size: 1
+    max_num_seqs: 40
+    multi_turn: {max_sample_per_task: 4}
+    compute_madness_checklist: ["nonsense", "wrong_toolcall"]
+    max_response_length_in_one_turn: 1024
+    max_model_len: 13000
+  task_judge:
+    judge_protocol: astuner.task_judge.math_answer_as_judge->MathAnswerAsJudge
+  trainer_common:
+    save_freq: 99999
+    test_freq: 99999
+    total_epochs: 99999
+    trinity_only__n_vllm_engine: 2
+trinity:
+  trainer: {max_token_len_per_gpu: 13000}
+hydra:
+  searchpath:
+    - file://astuner/default_config
+    - file://astuner/default_config/verl
+    - file://astuner/default_config/trinity
+defaults:
+  - verl_default
+  - trinity_default
+  - astuner_default
+  - _self_
+"""
+
+SEED_WORKFLOW = """\
+from astuner import Workflow, WorkflowOutput, WorkflowTask
+
+
+class MathAgentWorkflow(Workflow):
+    name: str = "math_agent_workflow"
+
+    async def execute(self, workflow_task: WorkflowTask, model_tuner) -> WorkflowOutput:
+        return WorkflowOutput(reward=None, metadata={"final_answer": "\\\\boxed{1}"})
+"""
+
+
+@dataclass
+class SeedProject:
+    root: Path  # the folder holding math_agent/
+    yaml_path: Path
+
+
+def write_seed(root: Path, yaml_text: str = SEED_YAML) -> SeedProject:
+    pkg = root / "math_agent"
+    pkg.mkdir(parents=True, exist_ok=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "math_agent.py").write_text(SEED_WORKFLOW)
+    yaml_path = pkg / "math_agent.yaml"
+    yaml_path.write_text(yaml_text)
+    return SeedProject(root=root, yaml_path=yaml_path)
+
+
+@pytest.fixture
+def seed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SeedProject:
+    """The seed project in a temp folder, which is also the cwd (like a user's project folder)."""
+    project = write_seed(tmp_path / "project")
+    monkeypatch.chdir(project.root)
+    return project
+
+
+@pytest.fixture(autouse=True)
+def _isolate_imports():
+    """Plug-in modules (math_agent.*) are imported per test folder; forget them between tests."""
+    before = set(sys.modules)
+    path_before = list(sys.path)
+    yield
+    for name in set(sys.modules) - before:
+        if name.startswith(("math_agent", "astuner_plugin_", "my_", "workflows")):
+            del sys.modules[name]
+    sys.path[:] = path_before
+
+
+@pytest.fixture
+def gsm8k_dir() -> Path:
+    if not (GSM8K_DIR / "train.jsonl").exists():
+        pytest.skip(f"GSM8K not found at {GSM8K_DIR} (set ASTUNER_GSM8K_DIR)")
+    return GSM8K_DIR
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
+    from astuner.cli import main
+
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err

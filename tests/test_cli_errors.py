@@ -1,0 +1,133 @@
+"""Every user mistake: exit code 2, a one-line cause naming key / file:line / suggestion, nothing written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Optional
+
+import pytest
+
+from tests.conftest import SEED_YAML, run_cli
+
+YAML = "math_agent/math_agent.yaml"
+
+
+def _line_of(text: str, needle: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), start=1) if needle in line)
+
+
+def replace(old: str, new: str) -> Callable[[str], str]:
+    def edit(text: str) -> str:
+        assert old in text, old
+        return text.replace(old, new, 1)
+    return edit
+
+
+EXTRA_FILES = {
+    "workflows/broken.py": "def broken(:\n    pass\n",
+    "workflows/sync_wf.py": ("from astuner import Workflow\n\nclass SyncWorkflow(Workflow):\n"
+                             "    def execute(self, workflow_task, model_tuner):\n        return None\n"),
+}
+
+# (id, edit of the seed YAML, extra argv, fragments the message must contain)
+CASES: list[tuple[str, Optional[Callable[[str], str]], list[str], list[str]]] = [
+    ("missing-conf-file", None, ["--conf", "nope.yaml"], ["nope.yaml does not exist"]),
+    ("conf-is-a-folder", None, ["--conf", "math_agent"], ["is a folder"]),
+    ("yaml-syntax", replace("  data: {train_batch_size: 264,", "  data: {train_batch_size: 264,,]"), [],
+     ["math_agent.yaml:7", "YAML syntax error"]),
+    ("yaml-root-list", lambda t: "- a\n- b\n", [], ["must hold a mapping"]),
+    ("unknown-key-typo", replace("    num_repeat: 4", "    num_repeats: 4"), [],
+     ["math_agent.yaml:13", "unknown key 'astuner.rollout.num_repeats'", "did you mean 'astuner.rollout.num_repeat'"]),
+    ("key-in-wrong-section", replace("max_response_length: 10000}", "max_response_length: 10000, temperature: 1}"),
+     [], ["math_agent.yaml:7", "'astuner.data.temperature'", "did you mean 'astuner.rollout.temperature'"]),
+    ("unknown-section", replace("  task_judge:", "  task_judges:"), [],
+     ["math_agent.yaml:21", "unknown key 'astuner.task_judges'", "did you mean 'astuner.task_judge'"]),
+    ("wrong-type-int", replace("    num_repeat: 4", "    num_repeat: four"), [],
+     ["math_agent.yaml:13", "astuner.rollout.num_repeat must be an integer, got 'four'"]),
+    ("wrong-type-float", replace("    temperature: 0.7", "    temperature: hot"), [],
+     ["math_agent.yaml:11", "astuner.rollout.temperature must be a number"]),
+    ("wrong-type-list", replace('["nonsense", "wrong_toolcall"]', "nonsense"), [],
+     ["math_agent.yaml:18", "compute_madness_checklist must be a list of strings"]),
+    ("unknown-madness-check", replace('"wrong_toolcall"]', '"gibberish"]'), [],
+     ["math_agent.yaml:18", "unknown madness check 'gibberish'", "known checks: nonsense, wrong_toolcall"]),
+    ("lengths-exceed-model-len", replace("max_response_length: 10000}", "max_response_length: 12000}"), [],
+     ["math_agent.yaml:7", "exceeds astuner.rollout.max_model_len (13000)", "at least 15000"]),
+    ("non-positive-batch", replace("train_batch_size: 264", "train_batch_size: 0"), [],
+     ["astuner.data.train_batch_size must be positive, got 0"]),
+    ("top-p-out-of-range", replace("    temperature: 0.7", "    temperature: 0.7\n    top_p: 1.5"), [],
+     ["math_agent.yaml:12", "astuner.rollout.top_p must be in (0, 1]"]),
+    ("unknown-reader-type", replace("type: huggingface_dat_repo ", "type: hugginface_dat_repo "), [],
+     ["is not a task reader", "did you mean 'huggingface_dat_repo'"]),
+    ("missing-dataset-path", replace("dataset_path: 'gsm8k/main'", "dataset_path: null"), [],
+     ["dataset_path is not set"]),
+    ("missing-model-path", replace("model: {path: Qwen/Qwen2.5-14B-Instruct}", "model: {path: null}"), [],
+     ["math_agent.yaml:8", "astuner.model.path is not set"]),
+    ("dataset-file-missing", replace("type: huggingface_dat_repo ",
+                                     "type: dataset_file\n    dataset_file: {training: {file_path: nope.jsonl}}\n   "),
+     [], ["dataset_file.training.file_path", "'nope.jsonl' does not exist"]),
+    ("bad-experiment-name", replace("  project_name: math_agent", "  project_name: math_agent\n  experiment_name: a/b"),
+     [], ["math_agent.yaml:4", "is not a folder name"]),
+    ("plugin-no-arrow", replace("math_agent.math_agent->MathAgentWorkflow", "math_agent.math_agent.MathAgentWorkflow"),
+     [], ["astuner.rollout.agentscope_workflow", "has no '->'"]),
+    ("plugin-module-missing", replace("math_agent.math_agent->", "math_agnt.math_agent->"), [],
+     ["astuner.rollout.agentscope_workflow", "module 'math_agnt'", "was not found"]),
+    ("plugin-name-missing", replace("->MathAgentWorkflow", "->MathAgentWorkflo"), [],
+     ["'MathAgentWorkflo' is not defined", "did you mean 'MathAgentWorkflow'", "it defines: MathAgentWorkflow"]),
+    ("plugin-file-missing", replace("math_agent.math_agent->MathAgentWorkflow", "workflows/nope.py->Wf"), [],
+     ["file 'workflows/nope.py'", "does not exist"]),
+    ("plugin-import-error", replace("math_agent.math_agent->MathAgentWorkflow", "workflows/broken.py->broken"), [],
+     ["importing", "broken.py", "SyntaxError"]),
+    ("workflow-wrong-kind", replace("math_agent.math_agent->MathAgentWorkflow",
+                                    "astuner.task_judge.math_answer_as_judge->MathAnswerAsJudge"), [],
+     ["astuner.rollout.agentscope_workflow", "names class MathAnswerAsJudge", "must be a Workflow subclass"]),
+    ("workflow-not-async", replace("math_agent.math_agent->MathAgentWorkflow", "workflows/sync_wf.py->SyncWorkflow"),
+     [], ["SyncWorkflow.execute is not 'async def'"]),
+    ("judge-wrong-kind", replace("astuner.task_judge.math_answer_as_judge->MathAnswerAsJudge",
+                                 "math_agent.math_agent->MathAgentWorkflow"), [],
+     ["astuner.task_judge.judge_protocol", "must be a BaseJudge subclass"]),
+    ("override-bad-syntax", None, ["astuner.rollout.num_repeat=[1,"], ["command-line override", "is not valid"]),
+    ("override-unknown-key", None, ["astuner.rollout.num_repeats=8"],
+     ["command-line override 'astuner.rollout.num_repeats=8'", "did you mean 'astuner.rollout.num_repeat'"]),
+    ("override-added-unknown-key", None, ["+astuner.rollout.num_repeats=8"],
+     ["command-line override '+astuner.rollout.num_repeats=8'", "did you mean 'astuner.rollout.num_repeat'"]),
+    ("override-wrong-type", None, ["astuner.rollout.num_repeat=abc"],
+     ["command-line override 'astuner.rollout.num_repeat=abc'", "must be an integer"]),
+    ("defaults-entry-missing", replace("  - verl_default\n", "  - verl_defaults\n"), [],
+     ["defaults entry", "verl_defaults", "was not found"]),
+    ("searchpath-not-a-folder", replace("    - file://astuner/default_config/verl", "    - file://nowhere/verl"), [],
+     ["math_agent.yaml:33", "'file://nowhere/verl' is not a folder"]),
+    ("bad-interpolation", replace("project_name: math_agent", "project_name: ${no.such.key}"), [],
+     ["cannot resolve", "astuner.project_name"]),
+    ("unknown-backbone", None, ["--backbone", "torchrun"], ["invalid choice: 'torchrun'"]),
+    ("backbone-not-built", None, ["--backbone", "verl"], ["backbone verl is not available in this version"]),
+]
+
+
+@pytest.mark.parametrize("case_id,edit,argv,fragments", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_exits_2_with_one_line_cause(seed, capsys, case_id, edit, argv, fragments):
+    for rel, text in EXTRA_FILES.items():
+        (seed.root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (seed.root / rel).write_text(text)
+    if edit is not None:
+        seed.yaml_path.write_text(edit(SEED_YAML))
+    full = (["--conf", YAML] if "--conf" not in argv else []) + argv
+    code, out, err = run_cli(full, capsys)
+    assert code == 2, (code, err)
+    message = err.strip().splitlines()[-1] if case_id == "unknown-backbone" else err.strip()
+    assert len(message.splitlines()) == 1, err
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} not in {message!r}"
+    assert not (Path.cwd() / "launcher_record").exists()
+    assert out == ""
+
+
+def test_at_least_twenty_cases():
+    assert len(CASES) >= 20
+
+
+def test_several_problems_are_all_reported(seed, capsys):
+    seed.yaml_path.write_text(SEED_YAML.replace("    num_repeat: 4", "    num_repeats: 4")
+                              .replace("    temperature: 0.7", "    temperature: hot"))
+    code, _, err = run_cli(["--conf", YAML], capsys)
+    assert code == 2
+    assert "num_repeats" in err and "temperature must be a number" in err
