@@ -17,7 +17,9 @@ class RunConfig:
     merged: dict[str, Any]  # the whole resolved config: astuner tree, trinity subtree, verl keys
     astuner: AstunerConfig
     experiment_name: str
-    extra_roots: list[Path] = field(default_factory=list)  # where relative plug-ins/paths are also looked up
+    # where relative plug-in files/modules and data paths are looked up when not found from the cwd:
+    # the config file's folder, then each of its parents
+    extra_roots: list[Path] = field(default_factory=list)
 
 
 @dataclass
@@ -38,7 +40,7 @@ def load_run_config(conf_path: Path | str, overrides: Optional[list[str]] = None
     composed.merged["astuner"]["experiment_name"] = name
     conf_dir = composed.conf_path.parent
     return RunConfig(conf_path=composed.conf_path, merged=composed.merged, astuner=cfg, experiment_name=name,
-                     extra_roots=[conf_dir, conf_dir.parent])
+                     extra_roots=[conf_dir, *conf_dir.parents])
 
 
 def resolve_plugins(run: RunConfig) -> Plugins:

@@ -1,4 +1,5 @@
-"""Finding files the user names in a config: relative to the cwd first, then to the config's folder."""
+"""Finding files the user names in a config: relative to the cwd first, then to the config's folder
+and each of its parents (`extra_roots`)."""
 
 from __future__ import annotations
 
@@ -6,14 +7,20 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 
+def candidate_paths(raw: str, extra_roots: Sequence[Path] = ()) -> list[Path]:
+    path = Path(raw).expanduser()
+    if path.is_absolute():
+        return [path]
+    return [Path.cwd() / path] + [Path(r) / path for r in extra_roots]
+
+
 def find_user_path(raw: str, extra_roots: Sequence[Path] = ()) -> Optional[Path]:
     """The existing path `raw` names (absolute, or relative to the cwd or one of `extra_roots`), else None."""
-    path = Path(raw).expanduser()
-    candidates = [path] if path.is_absolute() else [Path.cwd() / path] + [Path(r) / path for r in extra_roots]
-    return next((c.resolve() for c in candidates if c.exists()), None)
+    return next((c.resolve() for c in candidate_paths(raw, extra_roots) if c.exists()), None)
 
 
 def tried_paths(raw: str, extra_roots: Sequence[Path] = ()) -> str:
-    path = Path(raw).expanduser()
-    candidates = [path] if path.is_absolute() else [Path.cwd() / path] + [Path(r) / path for r in extra_roots]
-    return ", ".join(str(c) for c in candidates)
+    """The first places looked at, for an error message."""
+    candidates = candidate_paths(raw, extra_roots)
+    shown = ", ".join(str(c) for c in candidates[:3])
+    return shown + (f" and {len(candidates) - 3} more parent folders" if len(candidates) > 3 else "")

@@ -1,8 +1,8 @@
 """Resolve plug-in strings: `package.module->Name` or `path/to/file.py->Name`.
 
 Modules are imported with the cwd on sys.path; files are looked up relative to the cwd. When not found
-there, the folders in `extra_roots` (the config file's folder and its parent) are tried as well, so a
-config works from any directory. Every failure is a `PluginError` naming the config key, the plug-in
+there, the folders in `extra_roots` (the config file's folder, then each of its parents) are tried in
+order, so a config works from any directory. Every failure is a `PluginError` naming the config key, the plug-in
 string, what went wrong and how to fix it.
 """
 
@@ -18,6 +18,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Optional, Sequence
 
+from astuner.config.paths import find_user_path, tried_paths
 from astuner.errors import PluginError
 
 SEPARATOR = "->"
@@ -82,8 +83,8 @@ def _import_module(target: str, spec: str, key: str, extra_roots: Sequence[Path]
     except ModuleNotFoundError as exc:
         missing = exc.name or ""
         if missing and (target == missing or target.startswith(missing + ".")):
-            roots = ", ".join([cwd] + [str(r) for r in extra_roots])
-            raise PluginError(f"{key}: module '{missing}' of {spec!r} was not found (searched sys.path and {roots}); "
+            raise PluginError(f"{key}: module '{missing}' of {spec!r} was not found on sys.path, in the cwd or "
+                              f"beside the config; "
                               f"check the spelling, run from the folder that holds it, or name the file as "
                               f"'path/to/file.py->Name'") from None
         raise PluginError(f"{key}: module '{target}' of {spec!r} imports '{missing}', which is not installed; "
@@ -96,13 +97,11 @@ def load_plugin_target(spec: str, key: str, extra_roots: Sequence[Path] = ()) ->
     """Import the module or file a plug-in string names; returns (module, name)."""
     target, name = split_plugin_string(spec, key)
     if _is_file_target(target):
-        raw = Path(target).expanduser()
-        candidates = [raw] if raw.is_absolute() else [Path.cwd() / raw] + [r / raw for r in extra_roots]
-        found = next((c for c in candidates if c.is_file()), None)
-        if found is None:
-            tried = ", ".join(str(c) for c in candidates)
-            raise PluginError(f"{key}: file '{target}' of {spec!r} does not exist (tried {tried})")
-        return _load_file(found.resolve(), spec, key), name
+        found = find_user_path(target, extra_roots)
+        if found is None or not found.is_file():
+            raise PluginError(f"{key}: file '{target}' of {spec!r} does not exist "
+                              f"(tried {tried_paths(target, extra_roots)})")
+        return _load_file(found, spec, key), name
     return _import_module(target, spec, key, extra_roots), name
 
 

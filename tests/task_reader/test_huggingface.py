@@ -1,0 +1,72 @@
+"""`huggingface_dat_repo` reader on local copies, and its offline error for hub ids."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from astuner.errors import DataError
+from astuner.task_reader.huggingface import HuggingfaceDatRepoReader
+
+
+def reader(path, train="train", val="test", name=None, roots=()):
+    return HuggingfaceDatRepoReader(str(path), name, train, val, "question", roots)
+
+
+def test_local_folder_of_jsonl(gsm8k_dir):
+    r = reader(gsm8k_dir)
+    train, val = r.train_tasks(), r.val_tasks()
+    assert (len(train), len(val)) == (7473, 1319)
+    assert train[0].main_query.startswith("Natalia sold clips")
+    assert train[0].metadata["answer"].endswith("#### 72")
+    assert (train[0].task_id, val[0].task_id) == ("train_0", "test_0")
+
+
+def test_missing_split_lists_available(gsm8k_dir):
+    with pytest.raises(DataError, match="no split 'validation'"):
+        reader(gsm8k_dir, val="validation").val_tasks()
+
+
+def test_single_file_is_the_training_split(tmp_path):
+    f = tmp_path / "rows.jsonl"
+    f.write_text("\n".join(json.dumps({"question": f"q{i}", "answer": str(i)}) for i in range(3)) + "\n")
+    r = reader(f)
+    assert [t.main_query for t in r.train_tasks()] == ["q0", "q1", "q2"]
+    assert r.val_tasks() == []
+
+
+def test_parquet_and_save_to_disk(tmp_path):
+    import datasets
+
+    ds = datasets.Dataset.from_list([{"question": "a", "answer": "1"}, {"question": "b", "answer": "2"}])
+    ds.to_parquet(str(tmp_path / "rows.parquet"))
+    assert [t.main_query for t in reader(tmp_path / "rows.parquet").train_tasks()] == ["a", "b"]
+    datasets.DatasetDict({"train": ds, "test": ds.select([1])}).save_to_disk(str(tmp_path / "saved"))
+    r = reader(tmp_path / "saved")
+    assert [t.main_query for t in r.val_tasks()] == ["b"]
+    with pytest.raises(DataError, match="its splits: train, test"):
+        reader(tmp_path / "saved", train="dev").train_tasks()
+
+
+def test_rows_without_the_query_field(tmp_path):
+    f = tmp_path / "rows.jsonl"
+    f.write_text(json.dumps({"prompt": "a"}) + "\n")
+    with pytest.raises(DataError, match=r"rows.jsonl \[train\] row 0: the row has neither 'main_query' nor 'question'"):
+        reader(f).train_tasks()
+
+
+def test_hub_id_offline_says_how_to_point_at_local_copy(tmp_path):
+    code = ("from astuner.task_reader.huggingface import HuggingfaceDatRepoReader as R\n"
+            "from astuner.errors import DataError\n"
+            "try:\n    R('gsm8k/main', None, 'train', 'test', 'question').train_tasks()\n"
+            "except DataError as e:\n    print('DATAERROR', e)\n")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=120)
+    assert "DATAERROR" in proc.stdout, proc.stderr[-2000:]
+    assert "'gsm8k/main' is not available locally" in proc.stdout
+    assert "point dataset_path at a local copy" in proc.stdout

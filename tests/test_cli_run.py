@@ -1,0 +1,105 @@
+"""The CLI's run path: dry run, run folder records, refusing to overwrite, resume, exit codes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from astuner import backbone
+from astuner.records.run_dir import prepare_run_dir
+from astuner.errors import RunDirError
+from tests import fake_backbone
+from tests.conftest import REPO_ROOT, run_cli
+
+YAML = "math_agent/math_agent.yaml"
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    monkeypatch.setitem(backbone.BACKBONES, "debug", "tests.fake_backbone")
+    fake_backbone.CALLS.clear()
+    return fake_backbone
+
+
+def test_dry_run_prints_merged_config_and_writes_nothing(seed, capsys):
+    code, out, err = run_cli(["--conf", YAML, "--dry-run", "astuner.rollout.num_repeat=6"], capsys)
+    assert code == 0, err
+    merged = yaml.safe_load(out)
+    assert merged["astuner"]["rollout"]["num_repeat"] == 6
+    assert merged["astuner"]["experiment_name"] == "math_agent"
+    assert merged["trinity"]["trainer"]["max_token_len_per_gpu"] == 13000
+    assert "config OK" in err and "MathAgentWorkflow" in err
+    assert not (seed.root / "launcher_record").exists()
+
+
+def test_run_creates_records(seed, capsys, fake):
+    code, _, err = run_cli(["--conf", YAML, "--exp-dir", "runs"], capsys)
+    assert code == 0, err
+    root = seed.root / "runs" / "math_agent"
+    assert (root / "ran.txt").read_text() == "math_agent"
+    for sub in ("tensorboard", "checkpoints", "trajectories"):
+        assert (root / sub).is_dir()
+    saved = yaml.safe_load((root / "config.yaml").read_text())
+    assert saved["astuner"]["rollout"]["max_num_seqs"] == 40
+    assert "fake backbone ran" in (root / "astuner.log").read_text()
+    ctx = fake.CALLS[0]
+    assert ctx.plugins.workflow.__name__ == "MathAgentWorkflow"
+    assert ctx.plugins.judge.__name__ == "MathAnswerAsJudge"
+
+
+def test_existing_run_is_refused_then_resumed(seed, capsys, fake):
+    assert run_cli(["--conf", YAML], capsys)[0] == 0
+    log = seed.root / "launcher_record" / "math_agent" / "astuner.log"
+    before = log.read_text()
+    code, _, err = run_cli(["--conf", YAML], capsys)
+    assert code == 2
+    assert "already holds a run; continue it with --resume" in err
+    assert log.read_text() == before  # nothing touched
+    code, _, err = run_cli(["--conf", YAML, "--resume", "astuner.rollout.num_repeat=8"], capsys)
+    assert code == 0, err
+    root = seed.root / "launcher_record" / "math_agent"
+    assert "resuming run" in log.read_text()
+    assert yaml.safe_load((root / "config.yaml").read_text())["astuner"]["rollout"]["num_repeat"] == 8
+    kept = list(root.glob("config.before_resume_*.yaml"))
+    assert len(kept) == 1 and yaml.safe_load(kept[0].read_text())["astuner"]["rollout"]["num_repeat"] == 4
+
+
+def test_experiment_name_override_picks_a_new_folder(seed, capsys, fake):
+    assert run_cli(["--conf", YAML], capsys)[0] == 0
+    assert run_cli(["--conf", YAML, "astuner.experiment_name=second"], capsys)[0] == 0
+    assert (seed.root / "launcher_record" / "second" / "ran.txt").exists()
+
+
+def test_interrupt_exits_130_and_crash_exits_1(seed, capsys, fake):
+    assert run_cli(["--conf", YAML, "+fake_backbone_mode=interrupt"], capsys)[0] == 130
+    code, _, err = run_cli(["--conf", YAML, "+fake_backbone_mode=crash", "--resume"], capsys)
+    assert code == 1
+    assert "RuntimeError: internal bug" in err and "internal failure" in err
+
+
+def test_prepare_run_dir_refuses_without_resume(tmp_path):
+    prepare_run_dir(tmp_path, "exp", {"a": 1}, resume=False)
+    with pytest.raises(RunDirError, match="already holds a run"):
+        prepare_run_dir(tmp_path, "exp", {"a": 1}, resume=False)
+    assert prepare_run_dir(tmp_path, "exp", {"a": 1}, resume=True).resumed
+
+
+def test_resume_without_earlier_run_starts_fresh(tmp_path):
+    run = prepare_run_dir(tmp_path, "exp", {"a": 1}, resume=True)
+    assert not run.resumed and run.config_path.exists()
+
+
+@pytest.mark.parametrize("entry", [["-m", "astuner"], [str(REPO_ROOT / "launcher.py")]])
+def test_module_and_launcher_entry_points(seed, entry):
+    proc = subprocess.run([sys.executable, *entry, "--backbone", "debug", "--conf", YAML, "--dry-run"],
+                          capture_output=True, text=True, cwd=seed.root, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert yaml.safe_load(proc.stdout)["astuner"]["project_name"] == "math_agent"
+
+
+def test_help_exits_0(capsys):
+    code, out, _ = run_cli(["--help"], capsys)
+    assert code == 0 and "--dry-run" in out and "--backbone" in out
