@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--backbone", choices=["debug", "verl", "trinity"], default="debug",
                         help="debug: one machine, no Ray; verl / trinity: distributed training on Ray (default: debug)")
     parser.add_argument("--with-ray", action="store_true", help="start a local Ray head when none is reachable")
-    parser.add_argument("--with-logview", action="store_true", help="serve the trajectory log viewer during the run")
+    parser.add_argument("--with-logview", action="store_true", help="let the backbone serve its trajectory viewer during the run")
     parser.add_argument("--exp-dir", default="launcher_record", metavar="DIR",
                         help="parent folder of run records (default: launcher_record)")
     parser.add_argument("--resume", action="store_true", help="continue the run already in the run folder")

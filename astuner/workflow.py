@@ -32,21 +32,9 @@ class Workflow:
 
 def check_workflow_plugin(obj: Any) -> Optional[str]:
     """None when `obj` can serve as `rollout.agentscope_workflow`, else what it must be."""
-    import inspect
+    from astuner.config.plugin import subclass_or_async_function_problem
 
-    from astuner.config.plugin import async_function_problem
-
-    expected = ("a Workflow subclass (class X(Workflow) with 'async def execute(self, workflow_task, model_tuner)') "
-                "or an async function (task, model, auxiliary_models=None)")
-    if inspect.isclass(obj):
-        if not issubclass(obj, Workflow) or obj is Workflow:
-            return expected
-        if not inspect.iscoroutinefunction(obj.execute):
-            return f"{expected}; {obj.__name__}.execute is not 'async def'"
-        if obj.execute is Workflow.execute:
-            return f"{expected}; {obj.__name__} does not implement execute"
-        return None
-    if inspect.iscoroutinefunction(obj):
-        problem = async_function_problem(obj, 2)
-        return f"{expected}; {problem}" if problem else None
-    return expected
+    return subclass_or_async_function_problem(
+        obj, Workflow, "execute",
+        "a Workflow subclass (class X(Workflow) with 'async def execute(self, workflow_task, model_tuner)') "
+        "or an async function (task, model, auxiliary_models=None)", async_method=True)

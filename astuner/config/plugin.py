@@ -154,3 +154,22 @@ def async_function_problem(obj: Any, min_positional: int) -> Optional[str]:
     if len(params) < min_positional:
         return f"{obj.__name__} takes {len(params)} positional parameter(s), needs {min_positional}"
     return None
+
+
+def subclass_or_async_function_problem(obj: Any, base: type, method: str, expected: str,
+                                       async_method: bool = False) -> Optional[str]:
+    """None when `obj` is a subclass of `base` implementing `method` (as `async def` when `async_method`)
+    or an async function of two or more positional parameters; else `expected` with the reason."""
+    if inspect.isclass(obj):
+        if not issubclass(obj, base) or obj is base:
+            return expected
+        impl = getattr(obj, method)
+        if impl is getattr(base, method):
+            return f"{expected}; {obj.__name__} does not implement {method}"
+        if async_method and not inspect.iscoroutinefunction(impl):
+            return f"{expected}; {obj.__name__}.{method} is not 'async def'"
+        return None
+    if inspect.iscoroutinefunction(obj):
+        problem = async_function_problem(obj, 2)
+        return f"{expected}; {problem}" if problem else None
+    return expected

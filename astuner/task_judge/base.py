@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import inspect
 from typing import Any, Optional, Union
 
-from astuner.config.plugin import async_function_problem
+from astuner.config.plugin import subclass_or_async_function_problem
 from astuner.schema import JudgeOutput, WorkflowOutput, WorkflowTask
 
 
@@ -23,15 +22,7 @@ class BaseJudge:
 
 def check_judge_plugin(obj: Any) -> Optional[str]:
     """None when `obj` can serve as `task_judge.judge_protocol`, else what it must be."""
-    expected = ("a BaseJudge subclass (class X(BaseJudge) with compute_reward(self, workflow_task, workflow_output)) "
-                "or an async function (task, response, auxiliary_models=None)")
-    if inspect.isclass(obj):
-        if not issubclass(obj, BaseJudge) or obj is BaseJudge:
-            return expected
-        if obj.compute_reward is BaseJudge.compute_reward:
-            return f"{expected}; {obj.__name__} does not implement compute_reward"
-        return None
-    if inspect.iscoroutinefunction(obj):
-        problem = async_function_problem(obj, 2)
-        return f"{expected}; {problem}" if problem else None
-    return expected
+    return subclass_or_async_function_problem(
+        obj, BaseJudge, "compute_reward",
+        "a BaseJudge subclass (class X(BaseJudge) with compute_reward(self, workflow_task, workflow_output)) "
+        "or an async function (task, response, auxiliary_models=None)")
