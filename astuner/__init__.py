@@ -9,4 +9,13 @@ from astuner.workflow import Workflow
 
 __version__ = "0.1.0"
 
-__all__ = ["Workflow", "WorkflowTask", "WorkflowOutput", "JudgeOutput", "Task", "__version__"]
+__all__ = ["Workflow", "WorkflowTask", "WorkflowOutput", "JudgeOutput", "Task", "ModelTuner", "__version__"]
+
+
+def __getattr__(name: str):
+    # ModelTuner pulls in agentscope (about 2 s); import it only when a user's code asks for it.
+    if name == "ModelTuner":
+        from astuner.tuner.model_tuner import ModelTuner
+
+        return ModelTuner
+    raise AttributeError(f"module 'astuner' has no attribute {name!r}")

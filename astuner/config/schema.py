@@ -86,12 +86,30 @@ class RolloutConfig:
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
     max_response_length_in_one_turn: int = 4096
     max_model_len: int = 13000
+    engine: str = "auto"
+    openai_base_url: Optional[str] = None
+    openai_model: Optional[str] = None
+    batch_wait_ms: float = 5.0
+    seed: int = 42
+    episode_timeout_s: Optional[float] = 900.0
+    failure_reward: float = 0.0
+    max_error_rate: float = 0.5
+    run_workflow_in_thread: bool = False
     val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
+
+
+@dataclass
+class LlmJudgeConfig:
+    base_url: Optional[str] = None
+    model: Optional[str] = None
+    api_key_env: Optional[str] = None
+    timeout_s: float = 60.0
 
 
 @dataclass
 class TaskJudgeConfig:
     judge_protocol: Optional[str] = None
+    llm_judge: LlmJudgeConfig = field(default_factory=LlmJudgeConfig)
 
 
 @dataclass
@@ -116,3 +134,4 @@ class AstunerConfig:
 
 TASK_READER_TYPES = ("huggingface_dat_repo", "dataset_file", "env_service")
 MADNESS_CHECKS = ("nonsense", "wrong_toolcall")
+ENGINES = ("auto", "hf", "vllm", "openai")

@@ -11,7 +11,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Union
 
-from astuner.config.schema import TASK_READER_TYPES, MADNESS_CHECKS, AstunerConfig
+from astuner.config.schema import ENGINES, MADNESS_CHECKS, TASK_READER_TYPES, AstunerConfig
 from astuner.config.source_map import SourceMap
 from astuner.errors import ConfigError
 
@@ -202,6 +202,21 @@ def _check_rules(cfg: AstunerConfig, b: _Builder) -> None:
             b.error(f"astuner.rollout.compute_madness_checklist[{i}]",
                     f"unknown madness check {check!r} in astuner.rollout.compute_madness_checklist; "
                     f"known checks: {', '.join(MADNESS_CHECKS)}")
+
+    if ro.engine not in ENGINES:
+        b.error("astuner.rollout.engine", f"astuner.rollout.engine {ro.engine!r} is not an engine; choose one of "
+                f"{', '.join(ENGINES)}")
+    elif ro.engine == "openai":
+        required("astuner.rollout.openai_base_url", ro.openai_base_url,
+                 "set it to the server's base URL, e.g. http://127.0.0.1:8000/v1")
+    if ro.batch_wait_ms < 0:
+        b.error("astuner.rollout.batch_wait_ms", f"astuner.rollout.batch_wait_ms must be >= 0, got {ro.batch_wait_ms}")
+    if ro.episode_timeout_s is not None:
+        positive("astuner.rollout.episode_timeout_s", ro.episode_timeout_s)
+    if not 0 <= ro.max_error_rate <= 1:
+        b.error("astuner.rollout.max_error_rate",
+                f"astuner.rollout.max_error_rate must be a fraction in [0, 1], got {ro.max_error_rate}")
+    positive("astuner.task_judge.llm_judge.timeout_s", cfg.task_judge.llm_judge.timeout_s)
 
     d = cfg.data
     if not b.errors and d.max_prompt_length + d.max_response_length > ro.max_model_len:

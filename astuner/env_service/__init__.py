@@ -1,5 +1,6 @@
 """Client of the environment-service HTTP protocol (see README, "Environment services")."""
 
 from astuner.env_service.client import EnvServiceClient
+from astuner.env_service.handle import EnvHandle
 
-__all__ = ["EnvServiceClient"]
+__all__ = ["EnvServiceClient", "EnvHandle"]

@@ -2,5 +2,6 @@
 
 from astuner.schema.task import Task, WorkflowTask
 from astuner.schema.output import JudgeOutput, WorkflowOutput
+from astuner.schema.sample import Sample
 
-__all__ = ["Task", "WorkflowTask", "WorkflowOutput", "JudgeOutput"]
+__all__ = ["Task", "WorkflowTask", "WorkflowOutput", "JudgeOutput", "Sample"]

@@ -1,14 +1,13 @@
 """A multi-turn agent that plays the reference environment's number-guessing game.
 
 The model is called the AgentScope way (`await model(messages)`), so the same workflow runs with
-astuner's trainable model or with any AgentScope chat model. The environment's verdict is the reward,
-so no judge is needed (task_judge.judge_protocol: null).
+astuner's trainable model or with any AgentScope chat model. `workflow_task.env` is this episode's
+environment instance; the configured EnvServiceJudge asks the environment for the reward.
 """
 
 from __future__ import annotations
 
 from astuner import Workflow, WorkflowOutput, WorkflowTask
-from astuner.env_service import EnvServiceClient
 
 SYSTEM_PROMPT = ("You play a number-guessing game. Reply with exactly one integer between 1 and 100 and nothing "
                  "else. Use the hints 'higher' and 'lower' to narrow the range.")
@@ -23,20 +22,14 @@ class GuessNumberWorkflow(Workflow):
     name: str = "guess_number_workflow"
 
     async def execute(self, workflow_task: WorkflowTask, model_tuner) -> WorkflowOutput:
-        task = workflow_task.task
-        env = EnvServiceClient(task.metadata["env_url"])
-        instance = env.create(task.env_type, task.task_id, workflow_task.episode_uuid)
+        env = workflow_task.env
+        instance = await env.create()
         messages = [{"role": "system", "content": SYSTEM_PROMPT}, *instance["init_messages"]]
-        try:
-            done = False
-            while not done:
-                text = response_text(await model_tuner(messages))
-                messages.append({"role": "assistant", "content": text})
-                result = env.step(instance["instance_id"], {"role": "assistant", "content": text})
-                messages.append(result["observation"])
-                done = result["done"]
-            verdict = env.evaluate(instance["instance_id"])
-        finally:
-            env.release(instance["instance_id"])
-        return WorkflowOutput(reward=float(verdict["reward"]), is_success=bool(verdict["is_success"]),
-                              metadata={"steps": verdict["info"].get("steps")}, response=messages[-2]["content"])
+        done = False
+        while not done:
+            text = response_text(await model_tuner(messages))
+            messages.append({"role": "assistant", "content": text})
+            result = await env.step({"role": "assistant", "content": text})
+            messages.append(result["observation"])
+            done = result["done"]
+        return WorkflowOutput(reward=None, metadata={"turns": len(messages) // 2 - 1}, response=text)

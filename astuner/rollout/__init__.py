@@ -1,0 +1,1 @@
+"""Rollouts: inference engines and the manager that runs episodes in groups."""

@@ -1,0 +1,60 @@
+"""Build the tokenizer and the engine a config asks for."""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from astuner.config.schema import AstunerConfig
+from astuner.errors import ConfigError, DataError
+
+
+def load_tokenizer(model_path: str) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+    except OSError as exc:
+        raise DataError(f"astuner.model.path: cannot load a tokenizer from {model_path!r} ({str(exc).splitlines()[0]}); "
+                        f"point it at a local model folder or a hub id available offline") from None
+    if not getattr(tokenizer, "chat_template", None):
+        raise DataError(f"astuner.model.path: the tokenizer of {model_path!r} has no chat template; astuner renders "
+                        f"agent messages with it, so use a chat/instruct model")
+    return tokenizer
+
+
+def pick_engine(cfg: AstunerConfig) -> str:
+    engine = cfg.rollout.engine
+    if engine != "auto":
+        return engine
+    if importlib.util.find_spec("vllm") is not None:
+        import torch
+
+        if torch.cuda.is_available():
+            return "vllm"
+    return "hf"
+
+
+def build_engine(cfg: AstunerConfig, tokenizer: Any, model: Any = None) -> Any:
+    """The engine for `cfg.rollout.engine`. `model`: a loaded policy for the hf engine to share."""
+    kind = pick_engine(cfg)
+    ro = cfg.rollout
+    if kind == "hf":
+        from astuner.rollout.engines.hf import HFEngine, pad_id_of, stop_token_ids_of
+
+        if model is None:
+            return HFEngine.from_pretrained(cfg.model.path, tokenizer, ro.max_num_seqs, ro.batch_wait_ms, ro.seed)
+        return HFEngine(model, stop_token_ids_of(tokenizer, model), pad_id_of(tokenizer), ro.max_num_seqs,
+                        ro.batch_wait_ms, ro.seed)
+    if kind == "openai":
+        from astuner.rollout.engines.openai_engine import OpenAIEngine
+
+        return OpenAIEngine(ro.openai_base_url, ro.openai_model or cfg.model.path)
+    if kind == "vllm":
+        if importlib.util.find_spec("vllm") is None:
+            raise ConfigError("astuner.rollout.engine is vllm but vllm is not installed; pip install 'astuner[vllm]' "
+                              "or use engine: hf")
+        from astuner.rollout.engines.vllm_engine import VLLMEngine
+
+        return VLLMEngine(cfg.model.path, ro.max_model_len, ro.max_num_seqs, ro.tensor_model_parallel_size, ro.seed)
+    raise ConfigError(f"unknown engine {kind!r}")

@@ -1,0 +1,173 @@
+"""In-process transformers engine with request batching.
+
+Concurrent `generate` calls are gathered for `batch_wait_ms`, left-padded and decoded together (up to
+`max_num_seqs` per batch) with a KV cache, so many episodes share each forward pass. Position ids come
+from the attention mask, so a left-padded row sees the same positions as it would alone. The model
+runs in a worker thread; the event loop stays free for the episodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional
+
+from astuner.rollout.engines.base import GenerateResult, SamplingParams
+
+
+@dataclass
+class _Request:
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    future: asyncio.Future
+
+
+class HFEngine:
+    def __init__(self, model: Any, stop_token_ids: Iterable[int], pad_token_id: int, max_num_seqs: int = 64,
+                 batch_wait_ms: float = 5.0, seed: int = 0):
+        import torch
+
+        self.model = model
+        self.stop_token_ids = set(int(t) for t in stop_token_ids)
+        self.pad_token_id = int(pad_token_id)
+        self.max_num_seqs = max_num_seqs
+        self.batch_wait_s = batch_wait_ms / 1000.0
+        self.generator = torch.Generator(device="cpu").manual_seed(seed)
+        self._pending: list[_Request] = []
+        self._wakeup: Optional[asyncio.Event] = None
+        self._worker: Optional[asyncio.Task] = None
+        self._model_lock = threading.Lock()
+        self.stats = {"batches": 0, "sequences": 0, "generated_tokens": 0}
+
+    @classmethod
+    def from_pretrained(cls, path: str, tokenizer: Any, max_num_seqs: int = 64, batch_wait_ms: float = 5.0,
+                        seed: int = 0, device: Optional[str] = None) -> "HFEngine":
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
+        return cls(model, stop_token_ids_of(tokenizer, model), pad_id_of(tokenizer), max_num_seqs, batch_wait_ms, seed)
+
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> GenerateResult:
+        if not prompt_ids:
+            raise ValueError("generate() needs at least one prompt token")
+        loop = asyncio.get_running_loop()
+        if self._worker is None or self._worker.done() or self._worker.get_loop() is not loop:
+            self._wakeup = asyncio.Event()
+            self._pending = []
+            self._worker = loop.create_task(self._serve())
+        request = _Request(list(prompt_ids), sampling, loop.create_future())
+        self._pending.append(request)
+        self._wakeup.set()
+        return await request.future
+
+    async def update_weights(self, state_dict: Any) -> None:
+        if state_dict is None:
+            return
+        with self._model_lock:
+            self.model.load_state_dict(state_dict)
+
+    async def _serve(self) -> None:
+        while True:
+            await self._wakeup.wait()
+            await asyncio.sleep(self.batch_wait_s)
+            batch = self._pending[: self.max_num_seqs]
+            self._pending = self._pending[self.max_num_seqs:]
+            if not self._pending:
+                self._wakeup.clear()
+            batch = [r for r in batch if not r.future.cancelled()]
+            if not batch:
+                continue
+            try:
+                results = await asyncio.to_thread(self._generate_batch, [r.prompt_ids for r in batch],
+                                                  [r.sampling for r in batch])
+            except Exception as exc:  # surface to every caller of this batch
+                for r in batch:
+                    if not r.future.done():
+                        r.future.set_exception(exc)
+                continue
+            for r, result in zip(batch, results):
+                if not r.future.done():
+                    r.future.set_result(result)
+
+    def _generate_batch(self, prompts: list[list[int]], samplings: list[SamplingParams]) -> list[GenerateResult]:
+        import torch
+
+        from astuner.rollout.engines.sampling import sample_next
+
+        with self._model_lock, torch.no_grad():
+            device = next(self.model.parameters()).device
+            batch, width = len(prompts), max(len(p) for p in prompts)
+            input_ids = torch.full((batch, width), self.pad_token_id, dtype=torch.long)
+            attention = torch.zeros((batch, width), dtype=torch.long)
+            for i, p in enumerate(prompts):
+                input_ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+                attention[i, width - len(p):] = 1
+            input_ids, attention = input_ids.to(device), attention.to(device)
+            positions = (attention.cumsum(-1) - 1).clamp(min=0)
+            temperature = torch.tensor([s.temperature for s in samplings], dtype=torch.float32, device=device)
+            top_p = torch.tensor([s.top_p for s in samplings], dtype=torch.float32, device=device)
+            limits = [s.max_tokens for s in samplings]
+            out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True)
+            past = out.past_key_values
+            logits = out.logits[:, -1, :].float()
+            tokens_out: list[list[int]] = [[] for _ in range(batch)]
+            logprobs_out: list[list[float]] = [[] for _ in range(batch)]
+            reasons = ["length"] * batch
+            done = [limit <= 0 for limit in limits]
+            next_pos = positions[:, -1:]
+            for _ in range(max(limits)):
+                if all(done):
+                    break
+                tokens, lps = sample_next(logits, temperature, top_p, self.generator)
+                tokens_cpu, lps_cpu = tokens.tolist(), lps.tolist()
+                for i in range(batch):
+                    if done[i]:
+                        continue
+                    tokens_out[i].append(tokens_cpu[i])
+                    logprobs_out[i].append(lps_cpu[i])
+                    if tokens_cpu[i] in self.stop_token_ids:
+                        done[i], reasons[i] = True, "stop"
+                    elif len(tokens_out[i]) >= limits[i]:
+                        done[i] = True
+                if all(done):
+                    break
+                attention = torch.cat([attention, torch.ones((batch, 1), dtype=attention.dtype, device=device)], -1)
+                next_pos = next_pos + 1
+                out = self.model(input_ids=tokens[:, None], attention_mask=attention, position_ids=next_pos,
+                                 past_key_values=past, use_cache=True)
+                past = out.past_key_values
+                logits = out.logits[:, -1, :].float()
+            self.stats["batches"] += 1
+            self.stats["sequences"] += batch
+            self.stats["generated_tokens"] += sum(len(t) for t in tokens_out)
+            return [GenerateResult(t, lp, r) for t, lp, r in zip(tokens_out, logprobs_out, reasons)]
+
+
+def stop_token_ids_of(tokenizer: Any, model: Any = None) -> list[int]:
+    """End-of-turn ids: the tokenizer's eos plus the model's generation_config eos ids."""
+    ids = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    config = getattr(model, "generation_config", None)
+    eos = getattr(config, "eos_token_id", None)
+    if isinstance(eos, int):
+        ids.add(eos)
+    elif isinstance(eos, (list, tuple)):
+        ids.update(int(e) for e in eos)
+    for token in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>"):
+        tid = tokenizer.convert_tokens_to_ids(token) if token in tokenizer.get_vocab() else None
+        if tid is not None and token in ("<|im_end|>", "<|eot_id|>"):
+            ids.add(int(tid))
+    if not ids:
+        raise ValueError("the tokenizer defines no end-of-sequence token; set eos_token in its tokenizer_config.json")
+    return sorted(ids)
+
+
+def pad_id_of(tokenizer: Any) -> int:
+    if tokenizer.pad_token_id is not None:
+        return int(tokenizer.pad_token_id)
+    return int(tokenizer.eos_token_id)

@@ -1,0 +1,29 @@
+"""Per-row temperature / top-p sampling with the log-prob of the chosen token under that distribution."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+
+def sample_next(logits, temperature, top_p, generator: Optional[object] = None):
+    """logits [B, V] float; temperature [B] (<= 0 means greedy); top_p [B] in (0, 1].
+    Returns (tokens [B] long, logprobs [B] float): for sampled rows the log-prob under
+    softmax(logits / T) restricted to the top-p nucleus and renormalised; for greedy rows the
+    log-prob under softmax(logits)."""
+    import torch
+
+    greedy = temperature <= 0
+    t = torch.where(greedy, torch.ones_like(temperature), temperature)
+    logp = torch.log_softmax(logits / t[:, None], dim=-1)
+    probs = logp.exp()
+    sorted_p, order = torch.sort(probs, dim=-1, descending=True)
+    before = torch.cumsum(sorted_p, dim=-1) - sorted_p  # mass of strictly more likely tokens
+    sorted_p = sorted_p.masked_fill(before >= top_p[:, None], 0.0)
+    nucleus = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+    nucleus = nucleus / nucleus.sum(dim=-1, keepdim=True)
+    sampled = torch.multinomial(nucleus, 1, generator=generator).squeeze(-1)
+    greedy_tokens = logits.argmax(dim=-1)
+    tokens = torch.where(greedy, greedy_tokens, sampled)
+    sampled_lp = torch.log(nucleus.gather(-1, tokens[:, None]).squeeze(-1))
+    plain_lp = torch.log_softmax(logits, dim=-1).gather(-1, tokens[:, None]).squeeze(-1)
+    return tokens, torch.where(greedy, plain_lp, sampled_lp)

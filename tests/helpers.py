@@ -1,0 +1,53 @@
+"""Test doubles: a scripted engine whose token ids are deliberately not the tokenizer's canonical
+encoding (so any re-tokenization would show), and a call recorder builder."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable, Optional, Union
+
+from astuner.rollout.engines.base import GenerateResult, SamplingParams
+
+
+def char_level_ids(tokenizer: Any, text: str) -> list[int]:
+    """Token ids for `text`, one character at a time: decodes to `text` but differs from encode(text)."""
+    return [i for ch in text for i in tokenizer.encode(ch, add_special_tokens=False)]
+
+
+class ScriptedEngine:
+    """Replies with scripted texts (a list, or a function of the prompt text) as char-level ids + end token."""
+
+    def __init__(self, tokenizer: Any, replies: Union[list[str], Callable[[str], str]], delay_s: float = 0.0,
+                 finish_reason: str = "stop"):
+        self.tokenizer = tokenizer
+        self.replies = replies if callable(replies) else list(replies)
+        self.delay_s = delay_s
+        self.finish_reason = finish_reason
+        self.end_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
+        self.prompts: list[list[int]] = []
+        self.outputs: list[list[int]] = []
+        self.samplings: list[SamplingParams] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> GenerateResult:
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if self.delay_s:
+                await asyncio.sleep(self.delay_s)
+            prompt_text = self.tokenizer.decode(prompt_ids, skip_special_tokens=False)
+            text = self.replies(prompt_text) if callable(self.replies) else self.replies.pop(0)
+            ids = char_level_ids(self.tokenizer, text)
+            if self.finish_reason == "stop":
+                ids.append(self.end_id)
+            logprobs = [-0.01 * (k + 1) for k in range(len(ids))]
+            self.prompts.append(list(prompt_ids))
+            self.outputs.append(ids)
+            self.samplings.append(sampling)
+            return GenerateResult(ids, logprobs, self.finish_reason)
+        finally:
+            self.in_flight -= 1
+
+    async def update_weights(self, state_dict: Optional[Any]) -> None:
+        return None
