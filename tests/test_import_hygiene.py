@@ -35,3 +35,12 @@ def test_dry_run_imports_nothing_heavy(tmp_path):
     proc = _probe(["--conf", str(project.yaml_path), "--dry-run"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "HEAVY=\n" in proc.stderr, proc.stderr[-500:]
+
+
+def test_dry_run_of_math_agent_tutorial_imports_nothing_heavy(tmp_path):
+    from tests.conftest import REPO_ROOT
+
+    conf = REPO_ROOT / "tutorial" / "example_math_agent" / "math_agent.yaml"
+    proc = _probe(["--conf", str(conf), "--dry-run"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "HEAVY=\n" in proc.stderr, proc.stderr[-500:]

@@ -1,6 +1,7 @@
 """Render the config reference (README) from the comments of the default YAML files.
 
-    python -m astuner.config.reference     # prints the Markdown table kept in README.md
+    python -m astuner.config.reference                   # print the Markdown table
+    python -m astuner.config.reference --write README.md  # replace the table between the README's markers
 """
 
 from __future__ import annotations
@@ -48,5 +49,20 @@ def render() -> str:
     return reference_table(DEFAULT_CONFIG_DIRS[0] / "astuner_default.yaml") + "\n"
 
 
+START, END = "<!-- config-reference:start -->\n", "<!-- config-reference:end -->"
+
+
+def write_into(readme: Path) -> None:
+    text = readme.read_text(encoding="utf-8")
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    readme.write_text(head + START + render() + END + tail, encoding="utf-8")
+
+
 if __name__ == "__main__":  # pragma: no cover
-    print(render(), end="")
+    import sys
+
+    if sys.argv[1:2] == ["--write"]:
+        write_into(Path(sys.argv[2]))
+    else:
+        print(render(), end="")

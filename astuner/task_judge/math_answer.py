@@ -49,6 +49,7 @@ def _strip_latex(s: str) -> str:
     s = s.strip().strip(".").strip()
     s = re.sub(r"\\text\{([^{}]*)\}", r"\1", s)
     s = re.sub(r"\\mathrm\{([^{}]*)\}", r"\1", s)
+    s = s.replace("{,}", ",")
     for token in ("\\$", "$", "\\!", "\\,", "\\;", "\\left", "\\right", "\\%", "%"):
         s = s.replace(token, "")
     return s.strip()

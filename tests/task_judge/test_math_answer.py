@@ -59,3 +59,21 @@ def test_judge_on_gsm8k_rows(gsm8k_dir):
 def test_judge_without_ground_truth_raises():
     with pytest.raises(ValueError, match="has no ground truth"):
         _judge(r"\boxed{1}", {"question": "q"})
+
+
+def test_judge_agrees_with_hand_labels_on_gsm8k_solutions(gsm8k_dir):
+    """Replies to GSM8K test problems written in the style of model output (boxed, units, currency,
+    thousands separators, percent, wrong answers), each labelled by hand."""
+    import json
+    from pathlib import Path
+
+    rows = [json.loads(line) for line in (gsm8k_dir / "test.jsonl").read_text().splitlines()]
+    labelled = [json.loads(line) for line in
+                (Path(__file__).parent / "data" / "gsm8k_test_solutions.jsonl").read_text().splitlines()]
+    disagreements = []
+    for item in labelled:
+        verdict = _judge(item["solution"], rows[item["test_index"]])
+        if verdict.is_success != item["correct"]:
+            disagreements.append(item)
+    assert len(labelled) >= 30
+    assert disagreements == []

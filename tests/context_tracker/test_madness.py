@@ -1,0 +1,39 @@
+"""Madness checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from astuner.context_tracker.madness import madness_reasons
+from astuner.tuner.recorder import CallRecord
+
+SPECIAL = {0, 1, 2}
+END = 2
+
+
+def call(ids, text, errors=(), finish="stop"):
+    return CallRecord(target="a", messages=[], tools=None, prompt_text="", prompt_ids=[5], response_ids=list(ids),
+                      logprobs=[0.0] * len(ids), finish_reason=finish, response_text=text,
+                      tool_call_errors=list(errors))
+
+
+@pytest.mark.parametrize("ids,text,expected", [
+    ([10, 11, END], "fine answer", None),
+    ([10, 1, 11, END], "leak <|im_start|>", "special token"),
+    ([7] * 60 + [END], "x" * 60, "repeated"),
+    ([10, END], "the same phrase " * 12, "looping"),
+    ([10, 11, END], "答案是七 🎉 très bien", None),
+    ([10, 11, 12, 2], "ends with the end token", None),
+])
+def test_nonsense(ids, text, expected):
+    reasons = madness_reasons([call(ids, text)], ["nonsense"], SPECIAL)
+    if expected is None:
+        assert reasons == []
+    else:
+        assert len(reasons) == 1 and expected in reasons[0]
+
+
+def test_wrong_toolcall_only_when_checked():
+    calls = [call([10, END], "x", errors=["tool call JSON does not parse"])]
+    assert madness_reasons(calls, ["nonsense"], SPECIAL) == []
+    assert "wrong_toolcall in call 0" in madness_reasons(calls, ["wrong_toolcall"], SPECIAL)[0]

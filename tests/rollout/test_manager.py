@@ -1,0 +1,168 @@
+"""The rollout manager: groups, concurrency bound, failures, timeouts, judges, madness."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from astuner import JudgeOutput, Task, Workflow, WorkflowOutput
+from astuner.config.schema import AstunerConfig
+from astuner.rollout.manager import RolloutFailed, RolloutManager, build_judge
+from astuner.task_judge.math_answer_as_judge import MathAnswerAsJudge
+from tests.helpers import ScriptedEngine
+
+
+def config(**rollout):
+    cfg = AstunerConfig()
+    cfg.rollout.num_repeat = 3
+    cfg.rollout.max_env_worker = 4
+    cfg.rollout.episode_timeout_s = 5.0
+    cfg.rollout.max_model_len = 4096
+    cfg.rollout.max_response_length_in_one_turn = 64
+    for key, value in rollout.items():
+        setattr(cfg.rollout, key, value)
+    return cfg
+
+
+def text_of(response):
+    return "".join(b.get("text", "") for b in response.content if b["type"] == "text")
+
+
+class AskOnce(Workflow):
+    async def execute(self, workflow_task, model_tuner):
+        reply = await model_tuner([{"role": "user", "content": workflow_task.task.main_query}])
+        return WorkflowOutput(reward=None, metadata={"final_answer": text_of(reply)})
+
+
+class Explodes(Workflow):
+    async def execute(self, workflow_task, model_tuner):
+        await model_tuner([{"role": "user", "content": "x"}])
+        if workflow_task.repeat_index == 0:
+            raise RuntimeError("tool crashed")
+        return WorkflowOutput(reward=1.0)
+
+
+class Hangs(Workflow):
+    async def execute(self, workflow_task, model_tuner):
+        if workflow_task.repeat_index == 0:
+            await asyncio.sleep(60)
+        return WorkflowOutput(reward=0.5)
+
+
+def tasks(n=2):
+    return [Task(task_id=f"t{i}", main_query=f"what is {i}+{i}?", metadata={"answer": f"#### {2 * i}"})
+            for i in range(n)]
+
+
+def answers(prompt_text):
+    n = int(prompt_text.split("what is ")[1].split("+")[0])
+    return f"\\boxed{{{2 * n}}}" if n % 2 == 0 else "\\boxed{999}"
+
+
+def test_groups_judge_and_samples(tokenizer):
+    engine = ScriptedEngine(tokenizer, answers, delay_s=0.01)
+    cfg = config()
+    manager = RolloutManager(cfg, AskOnce, build_judge(MathAnswerAsJudge, cfg), engine, tokenizer)
+    batch = asyncio.run(manager.run(tasks(2)))
+    groups = batch.groups()
+    assert list(groups) == ["t0", "t1"] and all(len(g) == 3 for g in groups.values())
+    assert [e.reward for e in groups["t0"]] == [1.0] * 3 and [e.reward for e in groups["t1"]] == [0.0] * 3
+    assert len(batch.samples) == 6 and all(s.reward == e.reward for e in batch.episodes for s in e.samples)
+    assert sorted(tuple(s.trained_spans()[0]) for s in batch.samples) == sorted(map(tuple, engine.outputs))
+    m = batch.metrics
+    assert m["reward/mean"] == 0.5 and m["reward/success_rate"] == 0.5 and m["rollout/error_rate"] == 0.0
+    assert m["rollout/samples_per_episode"] == 1.0 and m["judge/answer_found"] == 1.0
+
+
+def test_concurrency_is_bounded_by_max_env_worker(tokenizer):
+    engine = ScriptedEngine(tokenizer, answers, delay_s=0.02)
+    manager = RolloutManager(config(max_env_worker=3), AskOnce, build_judge(MathAnswerAsJudge, config()), engine,
+                             tokenizer)
+    asyncio.run(manager.run(tasks(4)))
+    assert engine.max_in_flight == 3
+
+
+def test_raising_episode_is_recorded_and_step_goes_on(tokenizer):
+    engine = ScriptedEngine(tokenizer, lambda p: "ok")
+    manager = RolloutManager(config(failure_reward=-0.5), Explodes, None, engine, tokenizer)
+    batch = asyncio.run(manager.run(tasks(2)))
+    failed = [e for e in batch.episodes if e.failed]
+    assert len(failed) == 2 and all(e.reward == -0.5 for e in failed)
+    assert "RuntimeError: tool crashed" in failed[0].error
+    assert batch.metrics["rollout/error_rate"] == pytest.approx(1 / 3)
+    assert all(s.reward == -0.5 for e in failed for s in e.samples)
+
+
+def test_hanging_episode_times_out(tokenizer):
+    manager = RolloutManager(config(episode_timeout_s=0.3), Hangs, None, ScriptedEngine(tokenizer, []), tokenizer)
+    started = time.perf_counter()
+    batch = asyncio.run(manager.run(tasks(1)))
+    assert time.perf_counter() - started < 5
+    timed_out = [e for e in batch.episodes if e.failed]
+    assert len(timed_out) == 1 and "ran over 0.3s" in timed_out[0].error
+
+
+def test_error_rate_above_limit_stops_with_message(tokenizer):
+    manager = RolloutManager(config(max_error_rate=0.2), Explodes, None, ScriptedEngine(tokenizer, lambda p: "ok"),
+                             tokenizer)
+    with pytest.raises(RolloutFailed, match=r"2 of 6 episodes failed .*RuntimeError: tool crashed"):
+        asyncio.run(manager.run(tasks(2)))
+
+
+def test_missing_reward_without_judge_fails_the_episode(tokenizer):
+    manager = RolloutManager(config(max_error_rate=1.0), AskOnce, None, ScriptedEngine(tokenizer, answers), tokenizer)
+    batch = asyncio.run(manager.run(tasks(1)))
+    assert all(e.failed and "no judge is configured" in e.error for e in batch.episodes)
+
+
+async def function_workflow(task, model, auxiliary_models=None):
+    reply = await model([{"role": "user", "content": task["main_query"]}])
+    return WorkflowOutput(response=text_of(reply))
+
+
+async def function_judge(task, response, auxiliary_models=None):
+    return JudgeOutput(reward=1.0 if task["answer"].split()[-1] in response else 0.0, metrics={"judge/custom": 1.0})
+
+
+def test_function_workflow_and_judge(tokenizer):
+    manager = RolloutManager(config(), function_workflow, function_judge, ScriptedEngine(tokenizer, answers),
+                             tokenizer)
+    batch = asyncio.run(manager.run(tasks(2)))
+    assert [e.reward for e in batch.episodes] == [1.0] * 3 + [0.0] * 3
+    assert batch.metrics["judge/custom"] == 1.0
+
+
+def test_madness_overrides_reward(tokenizer):
+    cfg = config(agent_madness_reward=-1.0, compute_madness_checklist=["nonsense"])
+    engine = ScriptedEngine(tokenizer, lambda p: "loop " * 30)
+    manager = RolloutManager(cfg, AskOnce, build_judge(MathAnswerAsJudge, cfg), engine, tokenizer)
+    batch = asyncio.run(manager.run(tasks(1)))
+    assert all(e.reward == -1.0 and e.mad_reasons for e in batch.episodes)
+    assert batch.metrics["rollout/madness_rate"] == 1.0
+
+
+class Blocking(Workflow):
+    async def execute(self, workflow_task, model_tuner):
+        time.sleep(0.2)  # blocks its own loop only
+        reply = await model_tuner([{"role": "user", "content": workflow_task.task.main_query}])
+        return WorkflowOutput(reward=1.0, metadata={"text": text_of(reply)})
+
+
+def test_blocking_workflows_in_threads_overlap(tokenizer):
+    engine = ScriptedEngine(tokenizer, answers)
+    manager = RolloutManager(config(run_workflow_in_thread=True, max_env_worker=6), Blocking, None, engine, tokenizer)
+    started = time.perf_counter()
+    batch = asyncio.run(manager.run(tasks(2)))
+    assert time.perf_counter() - started < 1.0  # six 0.2 s blocks ran side by side
+    assert all(not e.failed for e in batch.episodes) and len(engine.outputs) == 6
+
+
+def test_validation_uses_val_kwargs(tokenizer):
+    engine = ScriptedEngine(tokenizer, answers)
+    cfg = config()
+    cfg.rollout.val_kwargs.num_repeat = 2
+    manager = RolloutManager(cfg, AskOnce, build_judge(MathAnswerAsJudge, cfg), engine, tokenizer)
+    batch = asyncio.run(manager.run(tasks(1), mode="val"))
+    assert len(batch.episodes) == 2 and all(s.temperature == 0.0 for s in engine.samplings)

@@ -1,0 +1,68 @@
+"""The sandboxed execute_python_code tool."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+
+import pytest
+
+from astuner.tools import make_execute_python_code
+from astuner.tools.code_exec import network_isolation_prefix
+
+
+def run(code, **limits):
+    response = asyncio.run(make_execute_python_code(**limits)(code))
+    return response.content[0]["text"]
+
+
+def test_result_format_matches_agentscope():
+    assert run("print(2 + 3)") == "<returncode>0</returncode><stdout>5\n</stdout><stderr></stderr>"
+
+
+def test_errors_are_reported():
+    text = run("raise ValueError('boom')")
+    assert text.startswith("<returncode>1</returncode>") and "ValueError: boom" in text
+
+
+def test_wall_time_limit_kills_the_process():
+    started = time.perf_counter()
+    text = run("while True: pass", timeout_s=1)
+    assert time.perf_counter() - started < 5
+    assert "<returncode>-1</returncode>" in text and "TimeoutError" in text
+
+
+def test_model_cannot_raise_the_time_limit():
+    started = time.perf_counter()
+    asyncio.run(make_execute_python_code(timeout_s=1)("import time; time.sleep(30)", timeout=300))
+    assert time.perf_counter() - started < 5
+
+
+def test_memory_limit():
+    text = run("x = bytearray(2 * 1024 ** 3)", memory_mb=256)
+    assert "MemoryError" in text
+
+
+def test_output_is_truncated():
+    text = run("print('a' * 100000)", max_output_chars=1000)
+    assert len(text) < 2000 and "truncated" in text
+
+
+def test_runs_in_a_fresh_temporary_folder():
+    text = run("import os; print(os.getcwd()); print(sorted(os.listdir('.')))")
+    assert "astuner_code_" in text and "['main.py']" in text
+
+
+@pytest.mark.skipif(not network_isolation_prefix(), reason="no network namespace available on this OS")
+def test_no_network_even_to_this_machines_loopback():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+    try:
+        text = run(f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)\nprint('connected')")
+    finally:
+        server.close()
+    assert "<stdout></stdout>" in text
+    assert "Network is unreachable" in text or "ConnectionRefusedError" in text
