@@ -4,7 +4,7 @@ Nothing is downloaded: the byte-level BPE tokenizer is trained in-process (digit
 the chat template is ChatML with Hermes-style tool calls, and the model has random weights fixed by a
 seed. The folder it writes loads with `AutoTokenizer` / `AutoModelForCausalLM` like any hub model.
 
-    python -m astuner.tiny_model OUT_DIR [--seed 0] [--hidden-size 64] [--layers 2]
+    python -m astuner.tiny_model OUT_DIR [--seed 0] [--hidden-size 64] [--layers 2] [--tokenizer bpe|words]
 """
 
 from __future__ import annotations
@@ -84,16 +84,41 @@ def build_tokenizer(corpus: Optional[Iterable[str]] = None, vocab_size: int = 51
     return fast
 
 
+def build_word_tokenizer(corpus: Optional[Iterable[str]] = None):
+    """A word-level tokenizer: one token per word, per punctuation run and per digit, plus the ChatML
+    special tokens; anything else is [UNK]. A small vocabulary gives a random model a fair chance of
+    saying the right word, which makes RL from scratch workable on a CPU."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    pre = pre_tokenizers.Sequence([pre_tokenizers.Whitespace(), pre_tokenizers.Digits(individual_digits=True)])
+    texts = list(corpus) if corpus is not None else DEFAULT_CORPUS
+    words = sorted({piece for text in texts for piece, _ in pre.pre_tokenize_str(text)} | set("0123456789"))
+    specials = SPECIAL_TOKENS + EXTRA_TOKENS
+    vocab = {token: i for i, token in enumerate(specials + ["[UNK]"] + [w for w in words if w not in specials])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre
+    tok.add_special_tokens(specials)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   unk_token="[UNK]", bos_token=None)
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
 def build_tiny_model(out_dir: Path | str, seed: int = 0, hidden_size: int = 64, layers: int = 2,
                      heads: int = 4, kv_heads: int = 2, corpus: Optional[Iterable[str]] = None,
-                     vocab_size: int = 512, max_position_embeddings: int = 4096) -> Path:
-    """Write a random-weight Qwen2 causal LM and its tokenizer to `out_dir` (deterministic from `seed`)."""
+                     vocab_size: int = 512, max_position_embeddings: int = 4096, tokenizer: str = "bpe") -> Path:
+    """Write a random-weight Qwen2 causal LM and its tokenizer to `out_dir` (deterministic from `seed`).
+    `tokenizer`: "bpe" (byte-level BPE trained on `corpus`) or "words" (`build_word_tokenizer`)."""
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer(corpus, vocab_size)
+    if tokenizer not in ("bpe", "words"):
+        raise ValueError(f"tokenizer must be 'bpe' or 'words', got {tokenizer!r}")
+    tok = build_tokenizer(corpus, vocab_size) if tokenizer == "bpe" else build_word_tokenizer(corpus)
+    tokenizer_kind, tokenizer = tokenizer, tok
     config = Qwen2Config(
         vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=hidden_size * 2,
         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
@@ -106,7 +131,8 @@ def build_tiny_model(out_dir: Path | str, seed: int = 0, hidden_size: int = 64, 
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     (out / "astuner_tiny_model.json").write_text(json.dumps({"seed": seed, "hidden_size": hidden_size,
-                                                             "layers": layers, "vocab_size": len(tokenizer)}))
+                                                             "layers": layers, "tokenizer": tokenizer_kind,
+                                                             "vocab_size": len(tokenizer)}))
     return out
 
 
@@ -116,8 +142,12 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--hidden-size", type=int, default=64)
     parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--tokenizer", choices=["bpe", "words"], default="bpe")
+    parser.add_argument("--corpus", help="a text file whose lines train the tokenizer")
     args = parser.parse_args(argv)
-    print(build_tiny_model(args.out_dir, seed=args.seed, hidden_size=args.hidden_size, layers=args.layers))
+    corpus = Path(args.corpus).read_text(encoding="utf-8").splitlines() if args.corpus else None
+    print(build_tiny_model(args.out_dir, seed=args.seed, hidden_size=args.hidden_size, layers=args.layers,
+                           corpus=corpus, tokenizer=args.tokenizer))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -40,9 +40,16 @@ class EnvServiceConfig:
 
 
 @dataclass
+class TaskSelectorConfig:
+    selector_type: str = "shuffle"
+    seed: int = 42
+
+
+@dataclass
 class TaskReaderConfig:
     type: str = "huggingface_dat_repo"
     query_field: str = "question"
+    task_selector: TaskSelectorConfig = field(default_factory=TaskSelectorConfig)
     huggingface_dat_repo: HuggingfaceDatRepoConfig = field(default_factory=HuggingfaceDatRepoConfig)
     dataset_file: DatasetFileConfig = field(default_factory=DatasetFileConfig)
     env_service: EnvServiceConfig = field(default_factory=EnvServiceConfig)
@@ -56,8 +63,17 @@ class DataConfig:
 
 
 @dataclass
+class TinyModelConfig:
+    seed: int = 0
+    hidden_size: int = 64
+    layers: int = 2
+    tokenizer: str = "bpe"
+
+
+@dataclass
 class ModelConfig:
     path: Optional[str] = None
+    tiny: Optional[TinyModelConfig] = None
 
 
 @dataclass
@@ -90,7 +106,7 @@ class RolloutConfig:
     openai_base_url: Optional[str] = None
     openai_model: Optional[str] = None
     gpu_memory_utilization: float = 0.85
-    batch_wait_ms: float = 5.0
+    batch_wait_ms: float = 0.0
     seed: int = 42
     episode_timeout_s: Optional[float] = 900.0
     failure_reward: float = 0.0
@@ -114,11 +130,45 @@ class TaskJudgeConfig:
 
 
 @dataclass
+class OptimConfig:
+    lr: float = 1e-6
+    warmup_steps: int = 0
+    weight_decay: float = 0.01
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    grad_clip: Optional[float] = 1.0
+
+
+@dataclass
+class AlgorithmConfig:
+    adv_estimator: str = "grpo"
+    norm_adv_by_std_in_grpo: bool = True
+    drop_zero_variance_groups: bool = True
+    clip_ratio_low: float = 0.2
+    clip_ratio_high: float = 0.2
+    use_kl_loss: bool = False
+    kl_loss_coef: float = 0.001
+    kl_loss_type: str = "low_var_kl"
+    loss_agg_mode: str = "token-mean"
+    entropy_coeff: float = 0.0
+
+
+@dataclass
 class TrainerCommonConfig:
     save_freq: int = 20
     test_freq: int = 20
     total_epochs: int = 1
     trinity_only__n_vllm_engine: int = 1
+    total_training_steps: Optional[int] = None
+    val_before_train: bool = False
+    seed: int = 42
+    device: str = "auto"
+    ppo_epochs: int = 1
+    mini_batch_num: int = 1
+    max_token_len_per_micro_batch: int = 16384
+    trajectories_per_step: int = 64
+    max_checkpoints_to_keep: Optional[int] = None
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
 
 
 @dataclass
@@ -136,3 +186,6 @@ class AstunerConfig:
 TASK_READER_TYPES = ("huggingface_dat_repo", "dataset_file", "env_service")
 MADNESS_CHECKS = ("nonsense", "wrong_toolcall")
 ENGINES = ("auto", "hf", "vllm", "openai")
+SELECTORS = ("sequential", "shuffle")
+TINY_TOKENIZERS = ("bpe", "words")
+DEVICES = ("auto", "cpu", "cuda")

@@ -11,7 +11,10 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Union
 
-from astuner.config.schema import ENGINES, MADNESS_CHECKS, TASK_READER_TYPES, AstunerConfig
+from astuner.algorithm.advantages import ESTIMATORS
+from astuner.algorithm.losses import AGG_MODES, KL_TYPES
+from astuner.config.schema import (DEVICES, ENGINES, MADNESS_CHECKS, SELECTORS, TASK_READER_TYPES, TINY_TOKENIZERS,
+                                   AstunerConfig)
 from astuner.config.source_map import SourceMap
 from astuner.errors import ConfigError
 
@@ -146,6 +149,12 @@ def _check_rules(cfg: AstunerConfig, b: _Builder) -> None:
         if value <= 0:
             b.error(path, f"{path} must be positive, got {value}")
 
+    def one_of(path: str, value: str, choices: tuple[str, ...]) -> None:
+        if value not in choices:
+            close = difflib.get_close_matches(value, choices, n=1, cutoff=0.5)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            b.error(path, f"{path} {value!r} is not valid; {hint}choose one of {', '.join(choices)}")
+
     def required(path: str, value: Any, how: str) -> None:
         if value in (None, ""):
             b.error(path, f"{path} is not set; {how}")
@@ -203,10 +212,8 @@ def _check_rules(cfg: AstunerConfig, b: _Builder) -> None:
                     f"unknown madness check {check!r} in astuner.rollout.compute_madness_checklist; "
                     f"known checks: {', '.join(MADNESS_CHECKS)}")
 
-    if ro.engine not in ENGINES:
-        b.error("astuner.rollout.engine", f"astuner.rollout.engine {ro.engine!r} is not an engine; choose one of "
-                f"{', '.join(ENGINES)}")
-    elif ro.engine == "openai":
+    one_of("astuner.rollout.engine", ro.engine, ENGINES)
+    if ro.engine == "openai":
         required("astuner.rollout.openai_base_url", ro.openai_base_url,
                  "set it to the server's base URL, e.g. http://127.0.0.1:8000/v1")
     if not 0 < ro.gpu_memory_utilization <= 1:
@@ -240,4 +247,32 @@ def _check_rules(cfg: AstunerConfig, b: _Builder) -> None:
             b.error(f"astuner.trainer_common.{key}",
                     f"astuner.trainer_common.{key} must be a positive number of steps or -1, got {value}")
     positive("astuner.trainer_common.total_epochs", tc.total_epochs)
+    if tc.total_training_steps is not None:
+        positive("astuner.trainer_common.total_training_steps", tc.total_training_steps)
+    for key in ("ppo_epochs", "mini_batch_num", "max_token_len_per_micro_batch"):
+        positive(f"astuner.trainer_common.{key}", getattr(tc, key))
+    if tc.trajectories_per_step < 0:
+        b.error("astuner.trainer_common.trajectories_per_step", "astuner.trainer_common.trajectories_per_step must be >= 0")
+    if tc.max_checkpoints_to_keep is not None:
+        positive("astuner.trainer_common.max_checkpoints_to_keep", tc.max_checkpoints_to_keep)
+    one_of("astuner.trainer_common.device", tc.device, DEVICES)
+    positive("astuner.trainer_common.optim.lr", tc.optim.lr)
+    if tc.optim.warmup_steps < 0:
+        b.error("astuner.trainer_common.optim.warmup_steps", "astuner.trainer_common.optim.warmup_steps must be >= 0")
+    if len(tc.optim.betas) != 2 or not all(0 <= x < 1 for x in tc.optim.betas):
+        b.error("astuner.trainer_common.optim.betas", f"astuner.trainer_common.optim.betas must be two numbers in "
+                f"[0, 1), got {tc.optim.betas}")
+    if tc.optim.grad_clip is not None:
+        positive("astuner.trainer_common.optim.grad_clip", tc.optim.grad_clip)
+    al = tc.algorithm
+    one_of("astuner.trainer_common.algorithm.adv_estimator", al.adv_estimator, ESTIMATORS)
+    one_of("astuner.trainer_common.algorithm.kl_loss_type", al.kl_loss_type, KL_TYPES)
+    one_of("astuner.trainer_common.algorithm.loss_agg_mode", al.loss_agg_mode, AGG_MODES)
+    for key in ("clip_ratio_low", "clip_ratio_high"):
+        positive(f"astuner.trainer_common.algorithm.{key}", getattr(al, key))
+    one_of("astuner.task_reader.task_selector.selector_type", cfg.task_reader.task_selector.selector_type, SELECTORS)
+    if cfg.model.tiny is not None:
+        one_of("astuner.model.tiny.tokenizer", cfg.model.tiny.tokenizer, TINY_TOKENIZERS)
+        positive("astuner.model.tiny.hidden_size", cfg.model.tiny.hidden_size)
+        positive("astuner.model.tiny.layers", cfg.model.tiny.layers)
     positive("astuner.trainer_common.trinity_only__n_vllm_engine", tc.trinity_only__n_vllm_engine)

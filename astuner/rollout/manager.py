@@ -88,15 +88,23 @@ class RolloutManager:
             return SamplingParams(ro.val_kwargs.temperature, ro.val_kwargs.top_p, ro.max_response_length_in_one_turn)
         return SamplingParams(ro.temperature, ro.top_p, ro.max_response_length_in_one_turn)
 
-    async def run(self, tasks: list[Task], mode: str = "train", num_repeat: Optional[int] = None) -> RolloutBatch:
-        """Roll out every task `num_repeat` times (default: rollout.num_repeat, or val_kwargs.num_repeat)."""
+    async def run(self, tasks: list[Task], mode: str = "train", num_repeat: Optional[int] = None,
+                  tag: Optional[str] = None) -> RolloutBatch:
+        """Roll out every task `num_repeat` times (default: rollout.num_repeat, or val_kwargs.num_repeat).
+        With a `tag` (unique per run and step) episode ids are derived from it, so a rerun is identical."""
         ro = self.cfg.rollout
         repeats = num_repeat or (ro.val_kwargs.num_repeat if mode == "val" else ro.num_repeat)
         sampling = self.sampling(mode)
         limit = asyncio.Semaphore(ro.max_env_worker)
         stats = TrackerStats()
         started = time.perf_counter()
-        jobs = [self._episode(task, r, sampling, limit, stats) for task in tasks for r in range(repeats)]
+        def episode_id(i: int, task: Task, r: int) -> str:
+            if tag is None:
+                return uuid.uuid4().hex
+            return uuid.uuid5(uuid.NAMESPACE_URL, f"astuner:{tag}:{i}:{task.task_id}:{r}").hex
+
+        jobs = [self._episode(task, r, episode_id(i, task, r), sampling, limit, stats)
+                for i, task in enumerate(tasks) for r in range(repeats)]
         episodes = list(await asyncio.gather(*jobs))
         metrics = self._metrics(episodes, stats, time.perf_counter() - started)
         failed = [e for e in episodes if e.failed]
@@ -107,13 +115,13 @@ class RolloutManager:
                                 f"{first[-1] if first else 'unknown'} (tracebacks in the log)")
         return RolloutBatch(episodes=episodes, metrics=metrics)
 
-    async def _episode(self, task: Task, repeat_index: int, sampling: SamplingParams, limit: asyncio.Semaphore,
-                       stats: TrackerStats) -> EpisodeResult:
+    async def _episode(self, task: Task, repeat_index: int, episode_uuid: str, sampling: SamplingParams,
+                       limit: asyncio.Semaphore, stats: TrackerStats) -> EpisodeResult:
         from astuner.tuner.model_tuner import ModelTuner
 
         ro = self.cfg.rollout
         async with limit:
-            result = EpisodeResult(task=task, repeat_index=repeat_index, episode_uuid=uuid.uuid4().hex)
+            result = EpisodeResult(task=task, repeat_index=repeat_index, episode_uuid=episode_uuid)
             started = time.perf_counter()
             tuner = ModelTuner(self.engine, self.tokenizer, sampling, ro.max_model_len, result.recorder,
                                trainable_targets=getattr(self.workflow, "trainable_targets", None),

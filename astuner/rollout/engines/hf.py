@@ -1,7 +1,8 @@
 """In-process transformers engine with request batching.
 
-Concurrent `generate` calls are gathered for `batch_wait_ms`, left-padded and decoded together (up to
-`max_num_seqs` per batch) with a KV cache, so many episodes share each forward pass. Position ids come
+Concurrent `generate` calls are gathered (every request that is ready, plus `batch_wait_ms` if set),
+left-padded and decoded together (up to `max_num_seqs` per batch) with a KV cache, so many episodes
+share each forward pass. Position ids come
 from the attention mask, so a left-padded row sees the same positions as it would alone. The model
 runs in a worker thread; the event loop stays free for the episodes.
 """
@@ -25,7 +26,7 @@ class _Request:
 
 class HFEngine:
     def __init__(self, model: Any, stop_token_ids: Iterable[int], pad_token_id: int, max_num_seqs: int = 64,
-                 batch_wait_ms: float = 5.0, seed: int = 0):
+                 batch_wait_ms: float = 0.0, seed: int = 0):
         import torch
 
         self.model = model
@@ -41,7 +42,7 @@ class HFEngine:
         self.stats = {"batches": 0, "sequences": 0, "generated_tokens": 0}
 
     @classmethod
-    def from_pretrained(cls, path: str, tokenizer: Any, max_num_seqs: int = 64, batch_wait_ms: float = 5.0,
+    def from_pretrained(cls, path: str, tokenizer: Any, max_num_seqs: int = 64, batch_wait_ms: float = 0.0,
                         seed: int = 0, device: Optional[str] = None) -> "HFEngine":
         import torch
         from transformers import AutoModelForCausalLM
@@ -73,7 +74,7 @@ class HFEngine:
     async def _serve(self) -> None:
         while True:
             await self._wakeup.wait()
-            await asyncio.sleep(self.batch_wait_s)
+            await self._gather()
             batch = self._pending[: self.max_num_seqs]
             self._pending = self._pending[self.max_num_seqs:]
             if not self._pending:
@@ -92,6 +93,21 @@ class HFEngine:
             for r, result in zip(batch, results):
                 if not r.future.done():
                     r.future.set_result(result)
+
+    async def _gather(self) -> None:
+        """Let every coroutine that is ready reach its generate() call: yield to the event loop until the
+        queue stops growing (this does not depend on the clock, so batches are the same run after run),
+        then wait `batch_wait_ms` more if set."""
+        stable, previous = 0, -1
+        for _ in range(200):
+            await asyncio.sleep(0)
+            size = len(self._pending)
+            stable = stable + 1 if size == previous else 0
+            previous = size
+            if stable >= 3 or size >= self.max_num_seqs:
+                break
+        if self.batch_wait_s > 0:
+            await asyncio.sleep(self.batch_wait_s)
 
     def _generate_batch(self, prompts: list[list[int]], samplings: list[SamplingParams]) -> list[GenerateResult]:
         import torch

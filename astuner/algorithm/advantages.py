@@ -1,0 +1,58 @@
+"""Group-relative advantages.
+
+- `grpo`: every sample of a group (all samples of a task's `num_repeat` episodes) is normalised against
+  the group: A = (r - mean) / (std + eps) (or r - mean with `norm_by_std` False).
+- `multi_step_grpo`: the episodes of a group are normalised against each other, and every sample of an
+  episode shares its episode's advantage, however many samples (branches) the episode produced.
+With one sample per episode both are the same. std is the population standard deviation.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from astuner.schema import Sample
+
+ESTIMATORS = ("grpo", "multi_step_grpo")
+
+
+def normalise(values: Sequence[float], norm_by_std: bool, eps: float = 1e-6) -> list[float]:
+    """(v - mean) / (std + eps), or v - mean. A single value, or all equal, gives zeros."""
+    if not values:
+        return []
+    mean = sum(values) / len(values)
+    centred = [v - mean for v in values]
+    if not norm_by_std:
+        return centred
+    std = math.sqrt(sum(c * c for c in centred) / len(values))
+    return [c / (std + eps) for c in centred]
+
+
+def assign_advantages(samples: Sequence[Sample], estimator: str, norm_by_std: bool = True,
+                      eps: float = 1e-6) -> None:
+    """Set `sample.advantage` in place; groups are keyed by task id."""
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"unknown advantage estimator {estimator!r}; choose one of {', '.join(ESTIMATORS)}")
+    groups: dict[str, list[Sample]] = {}
+    for s in samples:
+        groups.setdefault(s.task_id, []).append(s)
+    for members in groups.values():
+        if estimator == "grpo":
+            for s, a in zip(members, normalise([s.reward for s in members], norm_by_std, eps)):
+                s.advantage = a
+            continue
+        episodes: dict[str, float] = {}
+        for s in members:
+            episodes.setdefault(s.episode_uuid, s.reward)
+        adv = dict(zip(episodes, normalise(list(episodes.values()), norm_by_std, eps)))
+        for s in members:
+            s.advantage = adv[s.episode_uuid]
+
+
+def zero_variance_groups(samples: Sequence[Sample]) -> set[str]:
+    """Task ids whose samples all have the same reward (no learning signal under GRPO)."""
+    rewards: dict[str, set[float]] = {}
+    for s in samples:
+        rewards.setdefault(s.task_id, set()).add(s.reward)
+    return {task for task, values in rewards.items() if len(values) == 1}

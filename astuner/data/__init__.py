@@ -1,0 +1,1 @@
+"""Task selection and experience processing."""

@@ -1,0 +1,85 @@
+"""Step records: metrics.jsonl (one line per step), tensorboard scalars, trajectories/step_N.jsonl,
+and a reward-curve PNG at the end."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from loguru import logger
+
+
+class MetricsWriter:
+    def __init__(self, root: Path, tensorboard: bool = True):
+        self.path = root / "metrics.jsonl"
+        self.tb: Any = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self.tb = SummaryWriter(log_dir=str(root / "tensorboard"))
+            except ImportError as exc:  # tensorboard is a dependency; keep running without it if broken
+                logger.warning(f"tensorboard scalars disabled: {exc}")
+
+    def write(self, step: int, metrics: dict[str, float]) -> None:
+        clean = {k: (float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None)
+                 for k, v in sorted(metrics.items())}
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"step": step, **clean}) + "\n")
+        if self.tb is not None:
+            for key, value in clean.items():
+                if value is not None:
+                    self.tb.add_scalar(key, value, step)
+            self.tb.flush()
+
+    def history(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+    def truncate_after(self, step: int) -> None:
+        """On resume: drop lines of steps after the checkpoint (they will be run again)."""
+        kept = [row for row in self.history() if row["step"] <= step]
+        self.path.write_text("".join(json.dumps(row) + "\n" for row in kept), encoding="utf-8")
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+
+
+def write_trajectories(folder: Path, step: int, rows: Iterable[dict[str, Any]]) -> Optional[Path]:
+    rows = list(rows)
+    if not rows:
+        return None
+    path = folder / f"step_{step}.jsonl"
+    with open(path, "w", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+    return path
+
+
+def plot_reward_curve(history: list[dict[str, Any]], path: Path, title: str) -> Optional[Path]:
+    rows = [r for r in history if r.get("reward/mean") is not None]
+    if not rows:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot([r["step"] for r in rows], [r["reward/mean"] for r in rows], label="train reward/mean")
+    val = [r for r in history if r.get("val/reward_mean") is not None]
+    if val:
+        ax.plot([r["step"] for r in val], [r["val/reward_mean"] for r in val], "o-", label="val/reward_mean")
+    ax.set_xlabel("step")
+    ax.set_ylabel("reward")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -1,0 +1,1 @@
+"""The debug backbone's trainer: policy updates, checkpoints, the step loop."""

@@ -1,0 +1,83 @@
+"""Checkpoints: `checkpoints/global_step_N/` holds `model/` (save_pretrained: weights, config,
+tokenizer), `trainer_state.pt` (optimizer, RNG states, data order, engine sampler, history) and a
+`COMPLETE` marker written last, so a checkpoint cut short by a crash is never resumed from."""
+
+from __future__ import annotations
+
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import Any, Optional
+
+from loguru import logger
+
+_STEP_DIR = re.compile(r"^global_step_(\d+)$")
+
+
+def rng_state(engine: Any = None) -> dict[str, Any]:
+    import numpy as np
+    import torch
+
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    generator = getattr(engine, "generator", None)
+    if generator is not None:
+        state["engine"] = generator.get_state()
+    return state
+
+
+def restore_rng(state: dict[str, Any], engine: Any = None) -> None:
+    import numpy as np
+    import torch
+
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    generator = getattr(engine, "generator", None)
+    if generator is not None and "engine" in state:
+        generator.set_state(state["engine"])
+
+
+def save_checkpoint(folder: Path, step: int, model: Any, tokenizer: Any, state: dict[str, Any],
+                    keep: Optional[int] = None) -> Path:
+    import torch
+
+    target = folder / f"global_step_{step}"
+    if target.exists():
+        shutil.rmtree(target)
+    (target / "model").mkdir(parents=True)
+    model.save_pretrained(target / "model")
+    tokenizer.save_pretrained(target / "model")
+    torch.save({**state, "step": step}, target / "trainer_state.pt")
+    (target / "COMPLETE").write_text(str(step))
+    if keep is not None:
+        for old in list_checkpoints(folder)[:-keep]:
+            shutil.rmtree(old[1], ignore_errors=True)
+    logger.info(f"saved checkpoint {target}")
+    return target
+
+
+def list_checkpoints(folder: Path) -> list[tuple[int, Path]]:
+    """Complete checkpoints, oldest first."""
+    found = []
+    if folder.is_dir():
+        for child in folder.iterdir():
+            m = _STEP_DIR.match(child.name)
+            if m and (child / "COMPLETE").exists():
+                found.append((int(m.group(1)), child))
+    return sorted(found)
+
+
+def latest_checkpoint(folder: Path) -> Optional[Path]:
+    found = list_checkpoints(folder)
+    return found[-1][1] if found else None
+
+
+def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
+    import torch
+
+    return torch.load(checkpoint / "trainer_state.pt", map_location="cpu", weights_only=False)

@@ -1,0 +1,267 @@
+"""The debug backbone's training loop: one process, no Ray, CPU (fp32) or one GPU (bf16).
+
+Per step: select `data.train_batch_size` tasks, roll out `num_repeat` episodes each, judge, build
+samples, compute advantages, update the policy, push the weights to the engine, record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import random
+import signal
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from loguru import logger
+
+from astuner.algorithm.advantages import assign_advantages, zero_variance_groups
+from astuner.config.paths import find_user_path
+from astuner.errors import ConfigError, DataError
+from astuner.records.metrics import MetricsWriter, plot_reward_curve, write_trajectories
+from astuner.rollout.manager import RolloutBatch, RolloutManager, build_judge
+from astuner.trainer.checkpoint import (latest_checkpoint, load_trainer_state, restore_rng, rng_state,
+                                        save_checkpoint)
+
+
+def resolve_model_path(cfg: Any, extra_roots: list[Path]) -> str:
+    """model.path as a local folder when it is one (creating the tiny model there if `model.tiny` asks
+    for it), else the hub id as given."""
+    raw = cfg.model.path
+    found = find_user_path(raw, extra_roots)
+    if found is not None:
+        return str(found)
+    if cfg.model.tiny is not None:
+        from astuner.tiny_model import build_tiny_model
+
+        target = Path(raw) if Path(raw).is_absolute() else Path.cwd() / raw
+        t = cfg.model.tiny
+        logger.info(f"creating the tiny model {target} (seed {t.seed}, tokenizer {t.tokenizer})")
+        corpus = _tiny_corpus(cfg, extra_roots)
+        build_tiny_model(target, seed=t.seed, hidden_size=t.hidden_size, layers=t.layers, tokenizer=t.tokenizer,
+                         corpus=corpus)
+        return str(target)
+    return raw
+
+
+def _tiny_corpus(cfg: Any, extra_roots: list[Path]) -> list[str]:
+    """The tokenizer of a tiny model is trained on the run's tasks, so it covers their words."""
+    from astuner.task_reader import build_task_reader
+    from astuner.tiny_model import DEFAULT_CORPUS
+
+    reader = build_task_reader(cfg, extra_roots)
+    tasks = reader.train_tasks() + reader.val_tasks()
+    texts = [t.main_query for t in tasks] + [str(v) for t in tasks for v in t.metadata.values()]
+    return DEFAULT_CORPUS + texts
+
+
+class DebugTrainer:
+    def __init__(self, ctx: Any):
+        self.ctx = ctx
+        self.cfg = ctx.config.astuner
+        self.run_dir = ctx.run_dir
+        self.stop_requested = False
+
+    # -- setup -------------------------------------------------------------------------------------
+    def _setup(self) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        from astuner.data.selector import build_selector
+        from astuner.rollout.engines.factory import build_engine, load_tokenizer, pick_engine
+        from astuner.task_reader import build_task_reader
+        from astuner.trainer.policy import PolicyTrainer
+
+        cfg, tc = self.cfg, self.cfg.trainer_common
+        torch.manual_seed(tc.seed)
+        random.seed(tc.seed)
+        if pick_engine(cfg) == "openai":
+            raise ConfigError("astuner.rollout.engine openai serves a fixed model and cannot be trained by the debug "
+                              "backbone; use engine hf (or vllm on a GPU)")
+        device = tc.device
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        if device == "cuda" and not torch.cuda.is_available():
+            raise ConfigError("astuner.trainer_common.device is cuda but no GPU is visible; use device: cpu")
+        self.dtype = torch.bfloat16 if device == "cuda" else torch.float32
+        self.model_path = resolve_model_path(cfg, self.ctx.config.extra_roots)
+        self.tokenizer = load_tokenizer(self.model_path)
+        self.checkpoint = latest_checkpoint(self.run_dir.checkpoints) if self.run_dir.resumed else None
+        weights = str(self.checkpoint / "model") if self.checkpoint else self.model_path
+        try:
+            self.model = AutoModelForCausalLM.from_pretrained(weights, dtype=self.dtype).to(device)
+        except OSError as exc:
+            raise DataError(f"astuner.model.path: cannot load a model from {weights!r} ({str(exc).splitlines()[0]})") \
+                from None
+        self.model.eval()
+        reference = None
+        if tc.algorithm.use_kl_loss:
+            reference = (AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.dtype).to(device)
+                         if self.checkpoint else copy.deepcopy(self.model))
+            reference.eval().requires_grad_(False)
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
+            else self.tokenizer.eos_token_id
+        self.policy = PolicyTrainer(self.model, self.pad_id, tc, reference)
+        self.engine = build_engine(cfg, self.tokenizer, model=self.model)
+        self.shares_weights = getattr(self.engine, "model", None) is self.model
+        reader = build_task_reader(cfg, self.ctx.config.extra_roots)
+        self.train_tasks = reader.train_tasks()
+        self.val_tasks = reader.val_tasks()
+        sel = cfg.task_reader.task_selector
+        self.selector = build_selector(sel.selector_type, self.train_tasks, sel.seed)
+        self.judge = build_judge(self.ctx.plugins.judge, cfg)
+        self.manager = RolloutManager(cfg, self.ctx.plugins.workflow, self.judge, self.engine, self.tokenizer)
+        steps_per_epoch = self.selector.steps_per_epoch(cfg.data.train_batch_size)
+        self.total_steps = tc.total_training_steps or tc.total_epochs * steps_per_epoch
+        self.writer = MetricsWriter(self.run_dir.root)
+        self.start_step = 0
+        if self.checkpoint is not None:
+            state = load_trainer_state(self.checkpoint)
+            self.policy.optimizer.load_state_dict(state["optimizer"])
+            self.policy.optimizer_steps = state["optimizer_steps"]
+            self.selector.load_state_dict(state["selector"])
+            restore_rng(state["rng"], self.engine)
+            self.start_step = state["step"]
+            self.writer.truncate_after(self.start_step)
+            logger.info(f"resumed from {self.checkpoint} (step {self.start_step} of {self.total_steps})")
+        logger.info(f"debug backbone: model {self.model_path} on {device} ({self.dtype}), "
+                    f"engine {type(self.engine).__name__}, {len(self.train_tasks)} training / {len(self.val_tasks)} "
+                    f"validation tasks, {self.total_steps} steps of {cfg.data.train_batch_size} tasks x "
+                    f"{cfg.rollout.num_repeat} episodes")
+
+    # -- the loop ----------------------------------------------------------------------------------
+    def fit(self) -> None:
+        from tqdm import tqdm
+
+        self._setup()
+        tc = self.cfg.trainer_common
+        previous = signal.getsignal(signal.SIGINT)
+        signal.signal(signal.SIGINT, self._on_sigint)
+        try:
+            if tc.val_before_train and self.start_step == 0 and self.val_tasks:
+                self.writer.write(0, self.validate(0))
+            bar = tqdm(total=self.total_steps, initial=self.start_step, desc="training", unit="step",
+                       dynamic_ncols=True, disable=None)
+            last_saved = self.start_step
+            for step in range(self.start_step + 1, self.total_steps + 1):
+                metrics = self.train_step(step)
+                if tc.test_freq > 0 and step % tc.test_freq == 0 and self.val_tasks:
+                    metrics.update(self.validate(step))
+                self.writer.write(step, metrics)
+                bar.update(1)
+                bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}")
+                logger.info(self._line(step, metrics))
+                if (tc.save_freq > 0 and step % tc.save_freq == 0) or step == self.total_steps:
+                    self.save(step)
+                    last_saved = step
+                if self.stop_requested:
+                    if last_saved != step:
+                        self.save(step)
+                    logger.warning(f"stopped after step {step} (Ctrl-C); continue with --resume")
+                    raise KeyboardInterrupt
+            bar.close()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+            self._finish()
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        if self.stop_requested:  # second Ctrl-C: stop now
+            raise KeyboardInterrupt
+        self.stop_requested = True
+        logger.warning("Ctrl-C: finishing the current step, then saving (press again to abandon it)")
+
+    def train_step(self, step: int) -> dict[str, float]:
+        cfg, al = self.cfg, self.cfg.trainer_common.algorithm
+        tasks = self.selector.next_batch(cfg.data.train_batch_size)
+        t0 = time.perf_counter()
+        batch = asyncio.run(self.manager.run(tasks, "train", tag=f"{self.ctx.config.experiment_name}:train:{step}"))
+        t1 = time.perf_counter()
+        samples = batch.samples
+        dropped: set[str] = set()
+        if al.drop_zero_variance_groups:
+            dropped = zero_variance_groups(samples)
+            samples = [s for s in samples if s.task_id not in dropped]
+        assign_advantages(samples, al.adv_estimator, al.norm_adv_by_std_in_grpo)
+        metrics = dict(batch.metrics)
+        if samples:
+            metrics.update(self.policy.update(samples, cfg.rollout.temperature))
+        t2 = time.perf_counter()
+        asyncio.run(self.engine.update_weights(None if self.shares_weights else self.model.state_dict()))
+        t3 = time.perf_counter()
+        lengths = [sum(s.loss_mask) for s in samples] or [0]
+        trained_tokens = sum(lengths)
+        metrics.update({
+            "train/epoch": float(self.selector.epoch),
+            "train/tasks": float(len(tasks)),
+            "train/samples": float(len(samples)),
+            "train/dropped_groups": float(len(dropped)),
+            "train/response_length_mean": statistics.fmean(lengths),
+            "train/response_length_max": float(max(lengths)),
+            "perf/time_rollout_s": t1 - t0,
+            "perf/time_update_s": t2 - t1,
+            "perf/time_weight_sync_s": t3 - t2,
+            "perf/time_step_s": t3 - t0,
+            "perf/train_tokens_per_s": trained_tokens / (t2 - t1) if t2 > t1 else 0.0,
+        })
+        self._trajectories(step, batch)
+        return metrics
+
+    def validate(self, step: int) -> dict[str, float]:
+        batch = asyncio.run(self.manager.run(self.val_tasks, "val", tag=f"{self.ctx.config.experiment_name}:val:{step}"))
+        groups = batch.groups()
+        out = {"val/reward_mean": batch.metrics["reward/mean"], "val/success_rate": batch.metrics["reward/success_rate"],
+               "val/error_rate": batch.metrics["rollout/error_rate"]}
+        k = self.cfg.rollout.val_kwargs.num_repeat
+        if k > 1:
+            out[f"val/pass@{k}"] = sum(any(e.is_success for e in g) for g in groups.values()) / max(len(groups), 1)
+        logger.info(f"validation at step {step}: reward {out['val/reward_mean']:.3f}, "
+                    f"success {out['val/success_rate']:.3f} over {len(self.val_tasks)} tasks")
+        return out
+
+    def save(self, step: int) -> None:
+        state = {"optimizer": self.policy.optimizer.state_dict(), "optimizer_steps": self.policy.optimizer_steps,
+                 "selector": self.selector.state_dict(), "rng": rng_state(self.engine)}
+        save_checkpoint(self.run_dir.checkpoints, step, self.model, self.tokenizer, state,
+                        self.cfg.trainer_common.max_checkpoints_to_keep)
+
+    def _trajectories(self, step: int, batch: RolloutBatch) -> None:
+        limit = self.cfg.trainer_common.trajectories_per_step
+        rows = []
+        for e in batch.episodes[:limit]:
+            last = e.recorder.calls[-1] if e.recorder.calls else None
+            rows.append({
+                "task_id": e.task.task_id, "repeat_index": e.repeat_index, "episode_uuid": e.episode_uuid,
+                "reward": e.reward, "is_success": e.is_success,
+                "advantage": statistics.fmean([s.advantage for s in e.samples]) if e.samples else None,
+                "failed": e.failed, "error": e.error, "madness": e.mad_reasons, "truncated": e.recorder.truncated,
+                "messages": last.messages if last else [], "response": last.response_text if last else None,
+                "calls": len(e.recorder.calls),
+                "prompt_tokens": len(last.prompt_ids) if last else 0,
+                "response_tokens": sum(len(c.response_ids) for c in e.recorder.calls),
+                "metadata": e.output.metadata if e.output else None,
+            })
+        write_trajectories(self.run_dir.trajectories, step, rows)
+
+    def _line(self, step: int, m: dict[str, float]) -> str:
+        parts = [f"step {step}/{self.total_steps}", f"reward {m['reward/mean']:.3f}",
+                 f"success {m['reward/success_rate']:.2f}"]
+        if "actor/pg_loss" in m:
+            parts += [f"pg_loss {m['actor/pg_loss']:+.4f}", f"grad_norm {m.get('actor/grad_norm', 0):.3f}"]
+        if "actor/kl" in m:
+            parts.append(f"kl {m['actor/kl']:.4f}")
+        parts += [f"errors {m['rollout/error_rate']:.2f}", f"{m['perf/time_step_s']:.1f}s"]
+        if "val/reward_mean" in m:
+            parts.append(f"val {m['val/reward_mean']:.3f}")
+        return " | ".join(parts)
+
+    def _finish(self) -> None:
+        writer: Optional[MetricsWriter] = getattr(self, "writer", None)
+        if writer is None:
+            return
+        writer.close()
+        path = plot_reward_curve(writer.history(), self.run_dir.root / "reward_curve.png",
+                                 self.ctx.config.experiment_name)
+        if path:
+            logger.info(f"reward curve: {path}")

@@ -1,0 +1,119 @@
+"""Policy updates: PPO-clipped surrogate against the recorded rollout log-probs (the old policy), with
+optional KL to the frozen initial policy and an entropy bonus; `ppo_epochs` passes, `mini_batch_num`
+optimizer steps per pass, micro-batches by token budget with gradient accumulation."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence
+
+from astuner.algorithm.losses import aggregate, kl_penalty, ppo_clip_loss
+from astuner.config.schema import TrainerCommonConfig
+from astuner.schema import Sample
+from astuner.trainer.batching import collate, response_logprobs, split_by_budget
+
+
+class PolicyTrainer:
+    def __init__(self, model: Any, pad_id: int, cfg: TrainerCommonConfig, reference: Optional[Any] = None):
+        import torch
+
+        self.model, self.pad_id, self.cfg = model, pad_id, cfg
+        self.reference = reference
+        self.device = next(model.parameters()).device
+        o = cfg.optim
+        self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=o.lr,
+                                           betas=tuple(o.betas), weight_decay=o.weight_decay)
+        self.optimizer_steps = 0
+
+    def current_lr(self) -> float:
+        o = self.cfg.optim
+        if o.warmup_steps and self.optimizer_steps < o.warmup_steps:
+            return o.lr * (self.optimizer_steps + 1) / o.warmup_steps
+        return o.lr
+
+    def _reference_logprobs(self, samples: Sequence[Sample], temperature: float) -> list[list[float]]:
+        import torch
+
+        out: list[list[float]] = []
+        with torch.no_grad():
+            for group in split_by_budget(samples, self.cfg.max_token_len_per_micro_batch):
+                batch = collate(group, self.pad_id, self.device)
+                logp, _ = response_logprobs(self.reference, batch, temperature)
+                for i, s in enumerate(group):
+                    out.append(logp[i, batch.response_width - len(s.loss_mask):].tolist())
+        return out
+
+    def update(self, samples: Sequence[Sample], temperature: float) -> dict[str, float]:
+        """One policy update on the samples of a step (advantages already set)."""
+        import torch
+
+        cfg, al = self.cfg, self.cfg.algorithm
+        temperature = temperature if temperature > 0 else 1.0
+        samples = list(samples)
+        ref: dict[int, list[float]] = {}
+        if al.use_kl_loss:
+            if self.reference is None:
+                raise ValueError("use_kl_loss needs a reference model")
+            ref = dict(zip(map(id, samples), self._reference_logprobs(samples, temperature)))
+        sums: dict[str, float] = {}
+        counts: dict[str, float] = {}
+
+        def add(key: str, value: float, weight: float = 1.0) -> None:
+            sums[key] = sums.get(key, 0.0) + value * weight
+            counts[key] = counts.get(key, 0.0) + weight
+
+        self.model.train()
+        minis = [samples[i::cfg.mini_batch_num] for i in range(cfg.mini_batch_num)]
+        for epoch in range(cfg.ppo_epochs):
+            for mini in minis:
+                if not mini:
+                    continue
+                token_total = float(sum(sum(s.loss_mask) for s in mini))
+                seq_total = float(len(mini))
+                for group in self.optimizer.param_groups:
+                    group["lr"] = self.current_lr()
+                self.optimizer.zero_grad(set_to_none=True)
+                for part in split_by_budget(mini, cfg.max_token_len_per_micro_batch):
+                    batch = collate(part, self.pad_id, self.device)
+                    logp, entropy = response_logprobs(self.model, batch, temperature, with_entropy=True)
+                    mask = batch.response_mask
+                    pg, clipped = ppo_clip_loss(logp, batch.old_logprobs, batch.advantages, al.clip_ratio_low,
+                                                al.clip_ratio_high)
+                    loss = aggregate(pg, mask, al.loss_agg_mode, token_total, seq_total)
+                    n_tok = float(mask.sum().item())
+                    if al.use_kl_loss:
+                        ref_logp = torch.zeros_like(logp)
+                        for i, s in enumerate(part):
+                            values = ref[id(s)]
+                            ref_logp[i, batch.response_width - len(values):] = torch.tensor(values, device=self.device)
+                        kl = kl_penalty(logp, ref_logp, al.kl_loss_type)
+                        loss = loss + al.kl_loss_coef * aggregate(kl, mask, al.loss_agg_mode, token_total, seq_total)
+                        add("actor/kl", float((kl * mask).sum().item()) / max(n_tok, 1.0), n_tok)
+                    if al.entropy_coeff:
+                        loss = loss - al.entropy_coeff * aggregate(entropy, mask, al.loss_agg_mode, token_total,
+                                                                   seq_total)
+                    loss.backward()
+                    with torch.no_grad():
+                        add("actor/pg_loss", float((pg * mask).sum().item()) / max(n_tok, 1.0), n_tok)
+                        add("actor/entropy", float((entropy * mask).sum().item()) / max(n_tok, 1.0), n_tok)
+                        add("actor/clip_frac", float((clipped * mask).sum().item()) / max(n_tok, 1.0), n_tok)
+                        ratio = torch.exp(logp - batch.old_logprobs)
+                        add("actor/ratio_mean", float((ratio * mask).sum().item()) / max(n_tok, 1.0), n_tok)
+                        if epoch == 0:
+                            diff = (logp - batch.old_logprobs).abs()
+                            add("actor/rollout_logprob_diff", float((diff * mask).sum().item()) / max(n_tok, 1.0),
+                                n_tok)
+                params = [p for p in self.model.parameters() if p.grad is not None]
+                clip = cfg.optim.grad_clip if cfg.optim.grad_clip is not None else float("inf")
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip).item()) if params else 0.0
+                if math.isfinite(grad_norm):
+                    self.optimizer.step()
+                    self.optimizer_steps += 1
+                else:
+                    add("actor/skipped_steps", 1.0)
+                add("actor/grad_norm", grad_norm if math.isfinite(grad_norm) else 0.0)
+        self.model.eval()
+        metrics = {k: sums[k] / counts[k] for k in sums if counts[k]}
+        metrics["actor/lr"] = self.current_lr()
+        metrics["actor/optimizer_steps"] = float(self.optimizer_steps)
+        return metrics
