@@ -1,0 +1,124 @@
+"""`--backbone debug` end to end on CPU: records, weights change, exact resume, Ctrl-C, the math agent."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from tests.conftest import REPO_ROOT, run_cli
+
+TINY = REPO_ROOT / "tutorial" / "example_tiny_cpu" / "tiny_cpu.yaml"
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """A copy of the tiny CPU tutorial in a temp folder (the model gets created there)."""
+    shutil.copytree(REPO_ROOT / "tutorial" / "example_tiny_cpu", tmp_path / "tutorial" / "example_tiny_cpu")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def tiny_args(steps, *extra):
+    return ["--conf", "tutorial/example_tiny_cpu/tiny_cpu.yaml", f"astuner.trainer_common.total_training_steps={steps}",
+            "astuner.data.train_batch_size=4", "astuner.rollout.num_repeat=4", *extra]
+
+
+def weights(folder: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model" / "model.safetensors"))
+
+
+def test_tiny_run_writes_records_and_changes_weights(project, capsys):
+    # groups with equal rewards are kept so that the entropy bonus alone guarantees an update
+    code, _, err = run_cli(tiny_args(4, "astuner.trainer_common.save_freq=2", "astuner.trainer_common.test_freq=2",
+                                     "astuner.trainer_common.algorithm.drop_zero_variance_groups=false"), capsys)
+    assert code == 0, err
+    root = project / "launcher_record" / "tiny_cpu"
+    rows = [json.loads(line) for line in (root / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2, 3, 4]  # validation before training, then 4 steps
+    step = rows[2]
+    for key in ("reward/mean", "reward/std", "reward/success_rate", "rollout/error_rate", "rollout/madness_rate",
+                "train/response_length_mean", "perf/time_rollout_s", "perf/time_update_s",
+                "perf/time_weight_sync_s", "val/reward_mean"):
+        assert key in step, key
+    assert list((root / "tensorboard").glob("events.out.tfevents.*"))
+    trajectory = [json.loads(line) for line in (root / "trajectories" / "step_1.jsonl").read_text().splitlines()]
+    assert len(trajectory) == 16 and {"task_id", "reward", "advantage", "messages", "response"} <= set(trajectory[0])
+    assert (root / "reward_curve.png").stat().st_size > 1000
+    for n in (2, 4):
+        ckpt = root / "checkpoints" / f"global_step_{n}"
+        assert (ckpt / "COMPLETE").exists() and (ckpt / "trainer_state.pt").exists()
+        assert (ckpt / "model" / "config.json").exists() and (ckpt / "model" / "tokenizer.json").exists()
+    initial = project / "launcher_record" / ".models" / "tiny_cpu_seed0"
+    from safetensors.torch import load_file
+
+    start = load_file(str(initial / "model.safetensors"))
+    end = weights(root / "checkpoints" / "global_step_4")
+    assert any(not torch.equal(start[k], end[k]) for k in start)
+
+
+def test_resume_equals_uninterrupted_run(project, capsys):
+    keep = "astuner.trainer_common.algorithm.drop_zero_variance_groups=false"  # an update every step
+    assert run_cli(tiny_args(4, "astuner.experiment_name=straight", keep), capsys)[0] == 0
+    assert run_cli(tiny_args(2, "astuner.experiment_name=split", keep), capsys)[0] == 0
+    code, _, err = run_cli(tiny_args(4, "astuner.experiment_name=split", keep) + ["--resume"], capsys)
+    assert code == 0, err
+    a = weights(project / "launcher_record" / "straight" / "checkpoints" / "global_step_4")
+    b = weights(project / "launcher_record" / "split" / "checkpoints" / "global_step_4")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    rows_a = (project / "launcher_record" / "straight" / "metrics.jsonl").read_text().splitlines()
+    rows_b = (project / "launcher_record" / "split" / "metrics.jsonl").read_text().splitlines()
+    pick = lambda rows: [(json.loads(r).get("reward/mean"), json.loads(r).get("actor/pg_loss")) for r in rows]  # noqa: E731
+    assert pick(rows_a) == pick(rows_b) and len(rows_a) == 5
+
+
+def test_ctrl_c_saves_and_exits_130(project):
+    args = tiny_args(100000, "astuner.trainer_common.save_freq=100000", "astuner.trainer_common.test_freq=-1",
+                     "astuner.trainer_common.val_before_train=false")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "astuner", *args], cwd=project, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    metrics = project / "launcher_record" / "tiny_cpu" / "metrics.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and (not metrics.exists() or len(metrics.read_text().splitlines()) < 2):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    done = len(metrics.read_text().splitlines())
+    ckpt = project / "launcher_record" / "tiny_cpu" / "checkpoints" / f"global_step_{done}"
+    assert (ckpt / "COMPLETE").exists()
+    assert "continue with --resume" in err
+
+
+def test_math_agent_trains_two_steps_and_resumes(tiny_model_dir, gsm8k_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(REPO_ROOT)
+    args = ["--conf", "tutorial/example_math_agent/math_agent.yaml", "--exp-dir", str(tmp_path / "runs"),
+            f"astuner.task_reader.huggingface_dat_repo.dataset_path={gsm8k_dir}",
+            "astuner.task_reader.huggingface_dat_repo.validation_split=null",
+            f"astuner.model.path={tiny_model_dir}", "astuner.data.train_batch_size=2", "astuner.rollout.num_repeat=2",
+            "astuner.rollout.max_response_length_in_one_turn=16", "astuner.rollout.max_model_len=4096",
+            "astuner.data.max_prompt_length=3000", "astuner.data.max_response_length=1000",
+            "astuner.trainer_common.optim.lr=1e-4", "astuner.trainer_common.total_training_steps=2",
+            "astuner.trainer_common.device=cpu"]
+    code, _, err = run_cli(args, capsys)
+    assert code == 0, err
+    root = tmp_path / "runs" / "math_agent"
+    assert (root / "checkpoints" / "global_step_2" / "COMPLETE").exists()
+    saved = yaml.safe_load((root / "config.yaml").read_text())
+    assert saved["astuner"]["model"]["path"] == str(tiny_model_dir)
+    code, _, err = run_cli(args[:-2] + ["astuner.trainer_common.total_training_steps=3", "--resume"], capsys)
+    assert code == 0, err
+    assert (root / "checkpoints" / "global_step_3" / "COMPLETE").exists()
+    assert [json.loads(line)["step"] for line in (root / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
