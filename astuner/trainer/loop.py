@@ -104,8 +104,10 @@ class DebugTrainer:
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
             else self.tokenizer.eos_token_id
         self.policy = PolicyTrainer(self.model, self.pad_id, tc, reference)
-        self.engine = build_engine(cfg, self.tokenizer, model=self.model)
+        self.engine = build_engine(cfg, self.tokenizer, model=self.model, model_path=self.model_path)
         self.shares_weights = getattr(self.engine, "model", None) is self.model
+        if self.checkpoint is not None and not self.shares_weights:  # the engine loaded the initial weights
+            asyncio.run(self.engine.update_weights(self.model.state_dict()))
         reader = build_task_reader(cfg, self.ctx.config.extra_roots)
         self.train_tasks = reader.train_tasks()
         self.val_tasks = reader.val_tasks()

@@ -35,27 +35,29 @@ def pick_engine(cfg: AstunerConfig) -> str:
     return "hf"
 
 
-def build_engine(cfg: AstunerConfig, tokenizer: Any, model: Any = None) -> Any:
-    """The engine for `cfg.rollout.engine`. `model`: a loaded policy for the hf engine to share."""
+def build_engine(cfg: AstunerConfig, tokenizer: Any, model: Any = None, model_path: str | None = None) -> Any:
+    """The engine for `cfg.rollout.engine`. `model`: a loaded policy for the hf engine to share;
+    `model_path`: where the weights are (default model.path)."""
     kind = pick_engine(cfg)
     ro = cfg.rollout
+    path = model_path or cfg.model.path
     if kind == "hf":
         from astuner.rollout.engines.hf import HFEngine, pad_id_of, stop_token_ids_of
 
         if model is None:
-            return HFEngine.from_pretrained(cfg.model.path, tokenizer, ro.max_num_seqs, ro.batch_wait_ms, ro.seed)
+            return HFEngine.from_pretrained(path, tokenizer, ro.max_num_seqs, ro.batch_wait_ms, ro.seed)
         return HFEngine(model, stop_token_ids_of(tokenizer, model), pad_id_of(tokenizer), ro.max_num_seqs,
                         ro.batch_wait_ms, ro.seed)
     if kind == "openai":
         from astuner.rollout.engines.openai_engine import OpenAIEngine
 
-        return OpenAIEngine(ro.openai_base_url, ro.openai_model or cfg.model.path)
+        return OpenAIEngine(ro.openai_base_url, ro.openai_model or path)
     if kind == "vllm":
         if importlib.util.find_spec("vllm") is None:
             raise ConfigError("astuner.rollout.engine is vllm but vllm is not installed; pip install 'astuner[vllm]' "
                               "or use engine: hf")
         from astuner.rollout.engines.vllm_engine import VLLMEngine
 
-        return VLLMEngine(cfg.model.path, ro.max_model_len, ro.max_num_seqs, ro.tensor_model_parallel_size, ro.seed,
+        return VLLMEngine(path, ro.max_model_len, ro.max_num_seqs, ro.tensor_model_parallel_size, ro.seed,
                           ro.gpu_memory_utilization)
     raise ConfigError(f"unknown engine {kind!r}")
