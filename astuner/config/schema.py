@@ -67,6 +67,7 @@ class TinyModelConfig:
     seed: int = 0
     hidden_size: int = 64
     layers: int = 2
+    heads: int = 4
     tokenizer: str = "bpe"
 
 

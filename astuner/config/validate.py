@@ -275,4 +275,8 @@ def _check_rules(cfg: AstunerConfig, b: _Builder) -> None:
         one_of("astuner.model.tiny.tokenizer", cfg.model.tiny.tokenizer, TINY_TOKENIZERS)
         positive("astuner.model.tiny.hidden_size", cfg.model.tiny.hidden_size)
         positive("astuner.model.tiny.layers", cfg.model.tiny.layers)
+        positive("astuner.model.tiny.heads", cfg.model.tiny.heads)
+        if cfg.model.tiny.hidden_size % cfg.model.tiny.heads:
+            b.error("astuner.model.tiny.heads", f"astuner.model.tiny.hidden_size ({cfg.model.tiny.hidden_size}) must be "
+                    f"a multiple of astuner.model.tiny.heads ({cfg.model.tiny.heads})")
     positive("astuner.trainer_common.trinity_only__n_vllm_engine", tc.trinity_only__n_vllm_engine)

@@ -40,8 +40,8 @@ def resolve_model_path(cfg: Any, extra_roots: list[Path]) -> str:
         t = cfg.model.tiny
         logger.info(f"creating the tiny model {target} (seed {t.seed}, tokenizer {t.tokenizer})")
         corpus = _tiny_corpus(cfg, extra_roots)
-        build_tiny_model(target, seed=t.seed, hidden_size=t.hidden_size, layers=t.layers, tokenizer=t.tokenizer,
-                         corpus=corpus)
+        build_tiny_model(target, seed=t.seed, hidden_size=t.hidden_size, layers=t.layers, heads=t.heads,
+                         kv_heads=max(1, t.heads // 2), tokenizer=t.tokenizer, corpus=corpus)
         return str(target)
     return raw
 
@@ -63,6 +63,11 @@ class DebugTrainer:
         self.cfg = ctx.config.astuner
         self.run_dir = ctx.run_dir
         self.stop_requested = False
+        # one event loop for the whole run: in-process engines (vLLM) keep background tasks on it
+        self.loop = asyncio.new_event_loop()
+
+    def _await(self, coroutine: Any) -> Any:
+        return self.loop.run_until_complete(coroutine)
 
     # -- setup -------------------------------------------------------------------------------------
     def _setup(self) -> None:
@@ -107,7 +112,7 @@ class DebugTrainer:
         self.engine = build_engine(cfg, self.tokenizer, model=self.model, model_path=self.model_path)
         self.shares_weights = getattr(self.engine, "model", None) is self.model
         if self.checkpoint is not None and not self.shares_weights:  # the engine loaded the initial weights
-            asyncio.run(self.engine.update_weights(self.model.state_dict()))
+            self._await(self.engine.update_weights(self.model.state_dict()))
         reader = build_task_reader(cfg, self.ctx.config.extra_roots)
         self.train_tasks = reader.train_tasks()
         self.val_tasks = reader.val_tasks()
@@ -178,7 +183,7 @@ class DebugTrainer:
         cfg, al = self.cfg, self.cfg.trainer_common.algorithm
         tasks = self.selector.next_batch(cfg.data.train_batch_size)
         t0 = time.perf_counter()
-        batch = asyncio.run(self.manager.run(tasks, "train", tag=f"{self.ctx.config.experiment_name}:train:{step}"))
+        batch = self._await(self.manager.run(tasks, "train", tag=f"{self.ctx.config.experiment_name}:train:{step}"))
         t1 = time.perf_counter()
         samples = batch.samples
         dropped: set[str] = set()
@@ -190,7 +195,7 @@ class DebugTrainer:
         if samples:
             metrics.update(self.policy.update(samples, cfg.rollout.temperature))
         t2 = time.perf_counter()
-        asyncio.run(self.engine.update_weights(None if self.shares_weights else self.model.state_dict()))
+        self._await(self.engine.update_weights(None if self.shares_weights else self.model.state_dict()))
         t3 = time.perf_counter()
         lengths = [sum(s.loss_mask) for s in samples] or [0]
         trained_tokens = sum(lengths)
@@ -211,7 +216,7 @@ class DebugTrainer:
         return metrics
 
     def validate(self, step: int) -> dict[str, float]:
-        batch = asyncio.run(self.manager.run(self.val_tasks, "val", tag=f"{self.ctx.config.experiment_name}:val:{step}"))
+        batch = self._await(self.manager.run(self.val_tasks, "val", tag=f"{self.ctx.config.experiment_name}:val:{step}"))
         groups = batch.groups()
         out = {"val/reward_mean": batch.metrics["reward/mean"], "val/success_rate": batch.metrics["reward/success_rate"],
                "val/error_rate": batch.metrics["rollout/error_rate"]}
@@ -259,6 +264,15 @@ class DebugTrainer:
         return " | ".join(parts)
 
     def _finish(self) -> None:
+        shutdown = getattr(getattr(self, "engine", None), "shutdown", None)
+        if shutdown is not None:
+            shutdown()
+        pending = asyncio.all_tasks(self.loop)  # engines' background tasks: cancel them as asyncio.run would
+        for task in pending:
+            task.cancel()
+        if pending:
+            self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        self.loop.close()
         writer: Optional[MetricsWriter] = getattr(self, "writer", None)
         if writer is None:
             return

@@ -56,3 +56,6 @@ class VLLMEngine:
             torch.save({name: t.detach().cpu() for name, t in state_dict.items()}, path)
             await self.engine.collective_rpc("astuner_load_weights", args=(path,))
         await self.engine.reset_prefix_cache()
+
+    def shutdown(self) -> None:
+        self.engine.shutdown()
