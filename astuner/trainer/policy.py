@@ -62,6 +62,7 @@ class PolicyTrainer:
             sums[key] = sums.get(key, 0.0) + value * weight
             counts[key] = counts.get(key, 0.0) + weight
 
+        skipped = 0
         self.model.train()
         minis = [samples[i::cfg.mini_batch_num] for i in range(cfg.mini_batch_num)]
         for epoch in range(cfg.ppo_epochs):
@@ -110,10 +111,11 @@ class PolicyTrainer:
                     self.optimizer.step()
                     self.optimizer_steps += 1
                 else:
-                    add("actor/skipped_steps", 1.0)
+                    skipped += 1  # a non-finite gradient: the step is skipped, the weights stay
                 add("actor/grad_norm", grad_norm if math.isfinite(grad_norm) else 0.0)
         self.model.eval()
         metrics = {k: sums[k] / counts[k] for k in sums if counts[k]}
         metrics["actor/lr"] = self.current_lr()
         metrics["actor/optimizer_steps"] = float(self.optimizer_steps)
+        metrics["actor/skipped_steps"] = float(skipped)
         return metrics
