@@ -52,7 +52,13 @@ def _run(args: argparse.Namespace) -> int:
     check_task_source(run_config.astuner, run_config.extra_roots)
     run_root = Path(args.exp_dir) / run_config.experiment_name
     if args.dry_run:
-        sys.stdout.write(dump_config(run_config.merged))
+        if args.backbone == "debug":
+            sys.stdout.write(dump_config(run_config.merged))
+        else:
+            from astuner.backbone import translated_config
+
+            sys.stdout.write(f"# {args.backbone} config translated from {run_config.conf_path}\n")
+            sys.stdout.write(dump_config(translated_config(args.backbone, run_config, run_root.absolute())))
         judge = run_config.astuner.task_judge.judge_protocol or "none (the workflow returns rewards)"
         print(f"astuner: config OK (dry run, nothing started): backbone={args.backbone}, "
               f"workflow={run_config.astuner.rollout.agentscope_workflow}, judge={judge}, run folder={run_root}",

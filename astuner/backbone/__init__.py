@@ -10,7 +10,7 @@ import importlib
 import importlib.util
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from astuner.errors import BackboneUnavailable
 
@@ -46,3 +46,16 @@ def load_backbone(name: str) -> ModuleType:
     if not callable(getattr(module, "run", None)):
         raise TypeError(f"backbone module {module_name} has no run(ctx) function")
     return module
+
+
+def translated_config(name: str, config: "RunConfig", root: Any) -> dict[str, Any]:
+    """The config a distributed backbone hands to its engine (for --dry-run and the run itself)."""
+    if name == "verl":
+        from astuner.backbone.verl_backbone.translate import translate_to_verl
+
+        return translate_to_verl(config, root)
+    if name == "trinity":
+        from astuner.backbone.trinity_backbone.translate import translate_to_trinity
+
+        return translate_to_trinity(config, root)
+    raise ValueError(f"backbone {name} has no translated config")

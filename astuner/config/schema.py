@@ -159,6 +159,8 @@ class TrainerCommonConfig:
     test_freq: int = 20
     total_epochs: int = 1
     trinity_only__n_vllm_engine: int = 1
+    nnodes: int = 1
+    n_gpus_per_node: int = 1
     total_training_steps: Optional[int] = None
     val_before_train: bool = False
     seed: int = 42

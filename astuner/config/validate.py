@@ -249,7 +249,7 @@ def _check_rules(cfg: AstunerConfig, b: _Builder) -> None:
     positive("astuner.trainer_common.total_epochs", tc.total_epochs)
     if tc.total_training_steps is not None:
         positive("astuner.trainer_common.total_training_steps", tc.total_training_steps)
-    for key in ("ppo_epochs", "mini_batch_num", "max_token_len_per_micro_batch"):
+    for key in ("ppo_epochs", "mini_batch_num", "max_token_len_per_micro_batch", "nnodes", "n_gpus_per_node"):
         positive(f"astuner.trainer_common.{key}", getattr(tc, key))
     if tc.trajectories_per_step < 0:
         b.error("astuner.trainer_common.trajectories_per_step", "astuner.trainer_common.trajectories_per_step must be >= 0")

@@ -53,3 +53,13 @@ def check_task_source(cfg: AstunerConfig, extra_roots: Sequence[Path] = ()) -> N
         if raw and (find_user_path(raw, extra_roots) is None):
             raise DataError(f"astuner.task_reader.dataset_file.{split}.file_path: {raw!r} does not exist "
                             f"(tried {tried_paths(raw, extra_roots)})")
+
+
+def has_validation(cfg: AstunerConfig) -> bool:
+    """Whether the config names a validation set (decided from the config alone, nothing is read)."""
+    tr = cfg.task_reader
+    if tr.type == "huggingface_dat_repo":
+        return bool(tr.huggingface_dat_repo.validation_split)
+    if tr.type == "dataset_file":
+        return bool(tr.dataset_file.validation.file_path)
+    return bool(tr.env_service.validation_split)

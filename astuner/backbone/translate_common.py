@@ -1,0 +1,29 @@
+"""Shared helpers of the verl / trinity config translations (pure Python: neither package is imported)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+RESERVED_TOP_LEVEL = ("astuner", "trinity", "hydra", "defaults")
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """A copy of `base` with `override` merged in; mappings merge key by key, anything else replaces."""
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def user_verl_keys(merged: dict[str, Any]) -> dict[str, Any]:
+    """Top-level keys of the merged config that belong to verl (everything but astuner/trinity)."""
+    return {k: v for k, v in merged.items() if k not in RESERVED_TOP_LEVEL}
+
+
+def run_root(exp_dir: Path | str, experiment_name: str) -> Path:
+    return (Path(exp_dir) / experiment_name).absolute()

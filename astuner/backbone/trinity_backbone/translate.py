@@ -1,0 +1,111 @@
+"""astuner config -> a Trinity-RFT 0.6 config (the YAML `trinity run --config` takes).
+
+Tasks come from astuner's own task reader; they are written as JSON lines into the run folder and read
+by Trinity's file reader (its data selectors work only with that reader). Each task row carries the
+astuner task, and the workflow `AstunerTrinityWorkflow` (a dotted path Trinity imports) runs our
+Workflow with a ModelTuner over Trinity's OpenAI-compatible client. The user's `trinity:` subtree is
+merged on top of the translation, so it wins.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from astuner.backbone.translate_common import deep_merge
+from astuner.config import RunConfig
+from astuner.task_reader import has_validation
+
+WORKFLOW_TYPE = "astuner.backbone.trinity_backbone.workflow.AstunerTrinityWorkflow"
+ALGORITHMS = {"grpo": "grpo", "multi_step_grpo": "multi_step_grpo"}
+
+
+def taskset(name: str, path: Path, split: str, run: RunConfig, mode: str) -> dict[str, Any]:
+    a = run.astuner
+    ro = a.rollout
+    temperature, top_p = (ro.val_kwargs.temperature, ro.val_kwargs.top_p) if mode == "val" else (ro.temperature, ro.top_p)
+    entry: dict[str, Any] = {
+        "name": name,
+        "storage_type": "file",
+        "path": str(path),
+        "split": split,
+        "rollout_args": {"temperature": temperature, "top_p": top_p, "max_tokens": ro.max_response_length_in_one_turn},
+        "workflow_args": {"astuner_config": str(path.parent / "config.yaml"), "mode": mode},
+    }
+    if mode == "train":
+        sel = a.task_reader.task_selector
+        entry["data_selector"] = {"selector_type": sel.selector_type, "seed": sel.seed}
+    return entry
+
+
+def translate_to_trinity(run: RunConfig, root: Path) -> dict[str, Any]:
+    a = run.astuner
+    ro, tc, al, o = a.rollout, a.trainer_common, a.trainer_common.algorithm, a.trainer_common.optim
+    data_dir = root / "trinity_data"
+    engines = tc.trinity_only__n_vllm_engine
+    translated: dict[str, Any] = {
+        "mode": "both",
+        "project": a.project_name,
+        "name": run.experiment_name,
+        "checkpoint_root_dir": str(root / "checkpoints"),
+        "continue_from_checkpoint": True,
+        "cluster": {"node_num": tc.nnodes, "gpu_per_node": tc.n_gpus_per_node},
+        "model": {
+            "model_path": a.model.path,
+            "max_model_len": ro.max_model_len,
+            "max_prompt_tokens": a.data.max_prompt_length,
+            "max_response_tokens": a.data.max_response_length,
+            "temperature": ro.temperature,
+            "top_p": ro.top_p,
+        },
+        "algorithm": {
+            "algorithm_type": ALGORITHMS[al.adv_estimator],
+            "repeat_times": ro.num_repeat,
+            "optimizer": {"lr": o.lr, "lr_warmup_steps": o.warmup_steps or -1, "weight_decay": o.weight_decay,
+                          "clip_grad": o.grad_clip if o.grad_clip is not None else 1.0e9},
+        },
+        "buffer": {
+            "batch_size": a.data.train_batch_size,
+            "train_batch_size": a.data.train_batch_size * ro.num_repeat,
+            "total_epochs": tc.total_epochs,
+            "total_steps": tc.total_training_steps,
+            "explorer_input": {
+                "taskset": taskset("astuner_train", data_dir, "train", run, "train"),
+                "eval_tasksets": [taskset("astuner_val", data_dir, "test", run, "val")] if has_validation(a) else [],
+                "default_workflow_type": WORKFLOW_TYPE,
+                "default_eval_workflow_type": WORKFLOW_TYPE,
+            },
+        },
+        "explorer": {
+            "runner_per_model": max(1, math.ceil(ro.max_env_worker / engines)),
+            "max_timeout": int(ro.episode_timeout_s) if ro.episode_timeout_s else 1800,
+            "concurrent_mode": "asynchronous",
+            "eval_interval": tc.test_freq if tc.test_freq > 0 else 10**9,
+            "eval_on_startup": tc.val_before_train,
+            "rollout_model": {
+                "engine_num": engines,
+                "tensor_parallel_size": ro.tensor_model_parallel_size,
+                "gpu_memory_utilization": ro.gpu_memory_utilization,
+                "enable_openai_api": True,
+                "enable_history": False,
+                "enable_auto_tool_choice": True,
+                "tool_call_parser": "hermes",
+                "extra_engine_args": {"max_num_seqs": ro.max_num_seqs},
+            },
+        },
+        "synchronizer": {"sync_method": "nccl", "sync_interval": 1},
+        "trainer": {
+            "save_interval": tc.save_freq if tc.save_freq > 0 else 0,
+            "grad_clip": o.grad_clip if o.grad_clip is not None else 1.0e9,
+            "max_token_len_per_gpu": tc.max_token_len_per_micro_batch,
+            "max_checkpoints_to_keep": tc.max_checkpoints_to_keep or 0,
+            "trainer_config": {"actor_rollout_ref": {"actor": {
+                "ppo_epochs": tc.ppo_epochs, "use_kl_loss": al.use_kl_loss, "kl_loss_coef": al.kl_loss_coef,
+                "kl_loss_type": al.kl_loss_type, "clip_ratio_low": al.clip_ratio_low,
+                "clip_ratio_high": al.clip_ratio_high, "loss_agg_mode": al.loss_agg_mode,
+                "entropy_coeff": al.entropy_coeff}}},
+        },
+        "monitor": {"monitor_type": "tensorboard", "cache_dir": str(root / "tensorboard")},
+    }
+    return deep_merge(translated, run.merged.get("trinity") or {})

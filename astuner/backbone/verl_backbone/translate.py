@@ -1,0 +1,104 @@
+"""astuner config -> verl 0.9 PPO-trainer overrides (keys of verl's `ppo_trainer.yaml`).
+
+Every astuner knob with a verl counterpart is set here; the user's top-level verl keys are merged on
+top, so they win. Our workflow runs as the agent loop `astuner_agent` (registered through an
+`agent_loop_config_path` file) and sets `reward_score` itself, so verl's reward workers are kept to one.
+verl has no multi-step GRPO: `multi_step_grpo` runs as verl's `grpo` over the samples of each group,
+which is the same whenever an episode yields one sample (the usual case: its calls merge).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from astuner.backbone.translate_common import deep_merge, user_verl_keys
+from astuner.config import RunConfig
+from astuner.task_reader import has_validation
+
+AGENT_NAME = "astuner_agent"
+AGENT_LOOP_TARGET = "astuner.backbone.verl_backbone.agent_loop.AstunerAgentLoop"
+
+
+def translate_to_verl(run: RunConfig, root: Path) -> dict[str, Any]:
+    a = run.astuner
+    ro, tc, al, o = a.rollout, a.trainer_common, a.trainer_common.algorithm, a.trainer_common.optim
+    token_budget = tc.max_token_len_per_micro_batch
+    mini_batch = max(1, a.data.train_batch_size // tc.mini_batch_num)
+    translated: dict[str, Any] = {
+        "data": {
+            "train_files": str(root / "verl_data" / "train.jsonl"),
+            "val_files": str(root / "verl_data" / "test.jsonl") if has_validation(a) else None,
+            "train_batch_size": a.data.train_batch_size,
+            "max_prompt_length": a.data.max_prompt_length,
+            "max_response_length": a.data.max_response_length,
+            "return_raw_chat": True,
+            "shuffle": a.task_reader.task_selector.selector_type == "shuffle",
+            "seed": a.task_reader.task_selector.seed,
+        },
+        "actor_rollout_ref": {
+            "model": {"path": a.model.path},
+            "actor": {
+                "ppo_mini_batch_size": mini_batch,
+                "ppo_epochs": tc.ppo_epochs,
+                "use_dynamic_bsz": True,
+                "ppo_max_token_len_per_gpu": token_budget,
+                "optim": {"lr": o.lr, "weight_decay": o.weight_decay, "lr_warmup_steps": o.warmup_steps or -1,
+                          "betas": list(o.betas)},
+                "grad_clip": o.grad_clip if o.grad_clip is not None else 1.0e9,
+                "use_kl_loss": al.use_kl_loss,
+                "kl_loss_coef": al.kl_loss_coef,
+                "kl_loss_type": al.kl_loss_type,
+                "clip_ratio_low": al.clip_ratio_low,
+                "clip_ratio_high": al.clip_ratio_high,
+                "loss_agg_mode": al.loss_agg_mode,
+                "entropy_coeff": al.entropy_coeff,
+            },
+            "ref": {"log_prob_use_dynamic_bsz": True, "log_prob_max_token_len_per_gpu": token_budget},
+            "rollout": {
+                "name": "vllm",
+                "mode": "async",
+                "n": ro.num_repeat,
+                "temperature": ro.temperature,
+                "top_p": ro.top_p,
+                "prompt_length": a.data.max_prompt_length,
+                "response_length": a.data.max_response_length,
+                "max_model_len": ro.max_model_len,
+                "tensor_model_parallel_size": ro.tensor_model_parallel_size,
+                "max_num_seqs": ro.max_num_seqs,
+                "gpu_memory_utilization": ro.gpu_memory_utilization,
+                "calculate_log_probs": True,
+                "log_prob_use_dynamic_bsz": True,
+                "log_prob_max_token_len_per_gpu": token_budget,
+                "val_kwargs": {"temperature": ro.val_kwargs.temperature, "top_p": ro.val_kwargs.top_p,
+                               "n": ro.val_kwargs.num_repeat, "do_sample": ro.val_kwargs.temperature > 0},
+                "agent": {
+                    "num_workers": max(1, min(ro.max_env_worker, 8)),
+                    "default_agent_loop": AGENT_NAME,
+                    "agent_loop_config_path": str(root / "verl_agent_loops.yaml"),
+                },
+            },
+        },
+        "algorithm": {"adv_estimator": "grpo", "norm_adv_by_std_in_grpo": al.norm_adv_by_std_in_grpo},
+        "reward": {"num_workers": 1},
+        "trainer": {
+            "project_name": a.project_name,
+            "experiment_name": run.experiment_name,
+            "total_epochs": tc.total_epochs,
+            "total_training_steps": tc.total_training_steps,
+            "save_freq": tc.save_freq,
+            "test_freq": tc.test_freq,
+            "val_before_train": tc.val_before_train,
+            "logger": ["console", "tensorboard"],
+            "default_local_dir": str(root / "checkpoints"),
+            "nnodes": tc.nnodes,
+            "n_gpus_per_node": tc.n_gpus_per_node,
+            "max_actor_ckpt_to_keep": tc.max_checkpoints_to_keep,
+        },
+    }
+    return deep_merge(translated, user_verl_keys(run.merged))
+
+
+def agent_loop_registry() -> list[dict[str, str]]:
+    """The file `agent_loop_config_path` points at: our workflow as a named verl agent loop."""
+    return [{"name": AGENT_NAME, "_target_": AGENT_LOOP_TARGET}]

@@ -1,0 +1,79 @@
+"""--dry-run with --backbone verl / trinity prints the translated config, carrying every knob, without
+importing verl or trinity."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import yaml
+
+from tests.conftest import REPO_ROOT, run_cli
+
+SEED = "tutorial/example_math_agent/math_agent.yaml"
+
+
+def dry_run(backbone, capsys, *overrides):
+    code, out, err = run_cli(["--conf", SEED, "--backbone", backbone, "--dry-run", *overrides], capsys)
+    assert code == 0, err
+    assert out.startswith(f"# {backbone} config translated from ")
+    return yaml.safe_load(out)
+
+
+def test_verl_translation_carries_every_knob(capsys, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    cfg = dry_run("verl", capsys, "astuner.trainer_common.nnodes=2", "astuner.trainer_common.n_gpus_per_node=8",
+                  "astuner.trainer_common.optim.lr=3e-6", "astuner.trainer_common.algorithm.use_kl_loss=true")
+    rollout = cfg["actor_rollout_ref"]["rollout"]
+    assert cfg["actor_rollout_ref"]["model"]["path"] == "Qwen/Qwen2.5-14B-Instruct"
+    assert (rollout["n"], rollout["temperature"], rollout["top_p"]) == (4, 0.7, 1.0)
+    assert (rollout["max_model_len"], rollout["tensor_model_parallel_size"], rollout["max_num_seqs"]) == (13000, 1, 40)
+    assert (rollout["prompt_length"], rollout["response_length"]) == (3000, 10000)
+    assert rollout["agent"]["default_agent_loop"] == "astuner_agent"
+    assert rollout["val_kwargs"] == {"temperature": 0.0, "top_p": 1.0, "n": 1, "do_sample": False}
+    assert (cfg["data"]["train_batch_size"], cfg["data"]["max_prompt_length"], cfg["data"]["max_response_length"]) == \
+        (264, 3000, 10000)
+    actor = cfg["actor_rollout_ref"]["actor"]
+    assert actor["optim"]["lr"] == 3e-6 and actor["use_kl_loss"] is True and actor["ppo_mini_batch_size"] == 264
+    t = cfg["trainer"]
+    assert (t["nnodes"], t["n_gpus_per_node"], t["save_freq"], t["test_freq"], t["total_epochs"]) == (2, 8, 99999, 99999,
+                                                                                                   99999)
+    assert t["default_local_dir"].endswith("launcher_record/math_agent/checkpoints")
+    assert cfg["algorithm"]["adv_estimator"] == "grpo"
+
+
+def test_user_top_level_verl_keys_win(capsys, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    cfg = dry_run("verl", capsys, "+actor_rollout_ref.rollout.max_num_seqs=7", "+trainer.logger=[console]")
+    assert cfg["actor_rollout_ref"]["rollout"]["max_num_seqs"] == 7
+    assert cfg["trainer"]["logger"] == ["console"]
+    assert cfg["actor_rollout_ref"]["rollout"]["n"] == 4  # untouched knobs stay translated
+
+
+def test_trinity_translation_with_the_users_subtree(capsys, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    cfg = dry_run("trinity", capsys, "+trinity.explorer.eval_interval=5")
+    assert cfg["trainer"]["max_token_len_per_gpu"] == 13000  # the seed's trinity: subtree
+    assert cfg["explorer"]["eval_interval"] == 5
+    assert cfg["algorithm"]["repeat_times"] == 4 and cfg["algorithm"]["algorithm_type"] == "grpo"
+    assert cfg["explorer"]["rollout_model"]["engine_num"] == 2  # trinity_only__n_vllm_engine
+    assert cfg["explorer"]["rollout_model"]["extra_engine_args"] == {"max_num_seqs": 40}
+    assert cfg["explorer"]["runner_per_model"] == 32  # max_env_worker 64 over 2 engines
+    assert cfg["model"] == {"model_path": "Qwen/Qwen2.5-14B-Instruct", "max_model_len": 13000,
+                            "max_prompt_tokens": 3000, "max_response_tokens": 10000, "temperature": 0.7, "top_p": 1.0}
+    taskset = cfg["buffer"]["explorer_input"]["taskset"]
+    assert taskset["data_selector"] == {"selector_type": "shuffle", "seed": 42}
+    assert taskset["workflow_args"]["astuner_config"].endswith("launcher_record/math_agent/config.yaml")
+    assert cfg["buffer"]["batch_size"] == 264 and cfg["buffer"]["train_batch_size"] == 264 * 4
+    assert cfg["monitor"]["cache_dir"].endswith("launcher_record/math_agent/tensorboard")
+
+
+def test_dry_run_of_distributed_backbones_imports_nothing_heavy(tmp_path):
+    probe = ("import sys\nfrom astuner.cli import main\n"
+             "for b in ('verl', 'trinity'):\n"
+             f"    assert main(['--conf', {str(REPO_ROOT / SEED)!r}, '--backbone', b, '--dry-run']) == 0\n"
+             "heavy = [m for m in ('torch', 'ray', 'verl', 'trinity', 'vllm', 'transformers') if m in sys.modules]\n"
+             "print('HEAVY=' + ','.join(heavy))\n")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "HEAVY=\n" in proc.stdout
