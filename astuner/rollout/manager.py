@@ -89,12 +89,13 @@ class RolloutManager:
         return SamplingParams(ro.temperature, ro.top_p, ro.max_response_length_in_one_turn)
 
     async def run(self, tasks: list[Task], mode: str = "train", num_repeat: Optional[int] = None,
-                  tag: Optional[str] = None) -> RolloutBatch:
+                  tag: Optional[str] = None, check_error_rate: bool = True,
+                  sampling: Optional[SamplingParams] = None) -> RolloutBatch:
         """Roll out every task `num_repeat` times (default: rollout.num_repeat, or val_kwargs.num_repeat).
         With a `tag` (unique per run and step) episode ids are derived from it, so a rerun is identical."""
         ro = self.cfg.rollout
         repeats = num_repeat or (ro.val_kwargs.num_repeat if mode == "val" else ro.num_repeat)
-        sampling = self.sampling(mode)
+        sampling = sampling or self.sampling(mode)
         limit = asyncio.Semaphore(ro.max_env_worker)
         stats = TrackerStats()
         started = time.perf_counter()
@@ -108,7 +109,7 @@ class RolloutManager:
         episodes = list(await asyncio.gather(*jobs))
         metrics = self._metrics(episodes, stats, time.perf_counter() - started)
         failed = [e for e in episodes if e.failed]
-        if episodes and len(failed) / len(episodes) > ro.max_error_rate:
+        if check_error_rate and episodes and len(failed) / len(episodes) > ro.max_error_rate:
             first = (failed[0].error or "").strip().splitlines()
             raise RolloutFailed(f"{len(failed)} of {len(episodes)} episodes failed ({len(failed) / len(episodes):.0%} > "
                                 f"astuner.rollout.max_error_rate {ro.max_error_rate}); first error: "

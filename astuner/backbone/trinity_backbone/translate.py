@@ -30,8 +30,10 @@ def taskset(name: str, path: Path, split: str, run: RunConfig, mode: str) -> dic
         "storage_type": "file",
         "path": str(path),
         "split": split,
+        "default_workflow_type": WORKFLOW_TYPE,
         "rollout_args": {"temperature": temperature, "top_p": top_p, "max_tokens": ro.max_response_length_in_one_turn},
-        "workflow_args": {"astuner_config": str(path.parent / "config.yaml"), "mode": mode},
+        "workflow_args": {"astuner_config": str(path.parent / "config.yaml"), "mode": mode,
+                          "astuner_roots": [str(Path.cwd().absolute())] + [str(r) for r in run.extra_roots]},
     }
     if mode == "train":
         sel = a.task_reader.task_selector

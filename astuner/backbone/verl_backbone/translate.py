@@ -99,6 +99,19 @@ def translate_to_verl(run: RunConfig, root: Path) -> dict[str, Any]:
     return deep_merge(translated, user_verl_keys(run.merged))
 
 
-def agent_loop_registry() -> list[dict[str, str]]:
-    """The file `agent_loop_config_path` points at: our workflow as a named verl agent loop."""
-    return [{"name": AGENT_NAME, "_target_": AGENT_LOOP_TARGET}]
+def agent_loop_registry(run: RunConfig, root: Path) -> list[dict[str, Any]]:
+    """The file `agent_loop_config_path` points at: our workflow as a named verl agent loop (the extra keys
+    reach the loop's constructor)."""
+    from pathlib import Path as _Path
+
+    return [{"name": AGENT_NAME, "_target_": AGENT_LOOP_TARGET, "astuner_config": str(root / "config.yaml"),
+             "astuner_roots": [str(_Path.cwd().absolute())] + [str(r) for r in run.extra_roots]}]
+
+
+def verl_task_row(task: Any, index: int) -> dict[str, Any]:
+    """A row of verl's dataset for one astuner task (the agent loop rebuilds the task from extra_info)."""
+    from astuner.backbone.runtime import task_row
+
+    return {"prompt": [{"role": "user", "content": task.main_query or task.task_id}], "data_source": "astuner",
+            "reward_model": {"style": "astuner", "ground_truth": ""}, "agent_name": AGENT_NAME,
+            "extra_info": {"index": index, **task_row(task)}}

@@ -1,0 +1,55 @@
+"""`--backbone trinity`: Trinity-RFT 0.6 on Ray (vLLM explorers, FSDP trainer) runs our workflow.
+
+The run folder gets the tasks (`trinity_data/train.jsonl`, `test.jsonl`, from astuner's task reader)
+and the generated `trinity_config.yaml`; then Trinity's own launcher stages run it. Needs
+`pip install 'astuner[trinity]'` (its own environment: Trinity pins transformers >= 5.12.1).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import yaml
+from loguru import logger
+
+from astuner.errors import BackboneUnavailable
+
+CONFIG_FILE = "trinity_config.yaml"
+
+
+def prepare(ctx: Any) -> Path:
+    """Write the tasks and the Trinity config into the run folder; returns the config's path."""
+    from astuner.backbone import translated_config
+    from astuner.backbone.runtime import task_row, write_rows
+    from astuner.task_reader import build_task_reader
+
+    root = ctx.run_dir.root.absolute()
+    reader = build_task_reader(ctx.config.astuner, ctx.config.extra_roots)
+    n_train = write_rows((task_row(t) for t in reader.train_tasks()), root / "trinity_data" / "train.jsonl")
+    n_val = write_rows((task_row(t) for t in reader.val_tasks()), root / "trinity_data" / "test.jsonl")
+    config = translated_config("trinity", ctx.config, root)
+    path = root / CONFIG_FILE
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    logger.info(f"trinity: {n_train} training / {n_val} validation tasks, config {path}")
+    return path
+
+
+def run(ctx: Any) -> None:
+    if importlib.util.find_spec("trinity") is None:
+        raise BackboneUnavailable("backbone trinity needs Trinity-RFT: pip install 'astuner[trinity]' in an environment "
+                                  "of its own (see README, 'Distributed backbones')")
+    from astuner.backbone.ray_cluster import ensure_ray
+
+    path = prepare(ctx)
+    cluster = ensure_ray(ctx.with_ray)
+    try:
+        from trinity.cli.launcher import run_stage
+        from trinity.common.config import load_config
+
+        config = load_config(str(path))
+        config.check_and_update()
+        run_stage(config)
+    finally:
+        cluster.stop()

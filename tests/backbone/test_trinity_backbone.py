@@ -1,0 +1,113 @@
+"""The trinity backbone in an environment with Trinity-RFT installed (CI's trinity job): the generated
+config loads with Trinity's own loader, Trinity's file reader yields our tasks, and our Trinity
+workflow turns an episode into Experiences with correct action masks. Skipped where Trinity is absent."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("trinity")
+
+from astuner.backbone.runtime import task_from_row  # noqa: E402
+from astuner.config import load_run_config  # noqa: E402
+from astuner.records.run_dir import RunDir, dump_config  # noqa: E402
+from tests.conftest import REPO_ROOT  # noqa: E402
+from tests.helpers import ScriptedEngine  # noqa: E402
+
+SEED = REPO_ROOT / "tutorial" / "example_math_agent" / "math_agent.yaml"
+
+
+@pytest.fixture
+def prepared(tmp_path, tiny_model_dir, gsm8k_dir, monkeypatch):
+    from astuner.backbone.trinity import prepare
+
+    monkeypatch.chdir(REPO_ROOT)
+    run = load_run_config(SEED, [f"astuner.model.path={tiny_model_dir}",
+                                 f"astuner.task_reader.huggingface_dat_repo.dataset_path={gsm8k_dir}",
+                                 "astuner.rollout.max_model_len=4096", "astuner.data.max_prompt_length=3000",
+                                 "astuner.data.max_response_length=1000"])
+    root = tmp_path / "run"
+    root.mkdir()
+    (root / "config.yaml").write_text(dump_config(run.merged))
+    ctx = SimpleNamespace(config=run, run_dir=RunDir(root=root, resumed=False), with_ray=False)
+    return run, root, prepare(ctx)
+
+
+def test_generated_config_loads_and_round_trips(prepared):
+    from trinity.common.config import load_config
+
+    run, root, path = prepared
+    cfg = load_config(str(path))
+    assert cfg.model.model_path == run.astuner.model.path and cfg.model.max_model_len == 4096
+    assert cfg.algorithm.algorithm_type == "grpo" and cfg.algorithm.repeat_times == 4
+    assert cfg.buffer.batch_size == 264 and cfg.buffer.train_batch_size == 264 * 4
+    assert cfg.explorer.rollout_model.engine_num == 2
+    assert cfg.explorer.rollout_model.extra_engine_args == {"max_num_seqs": 40}
+    assert cfg.trainer.max_token_len_per_gpu == 13000  # the seed's trinity: subtree
+    taskset = cfg.buffer.explorer_input.taskset
+    assert taskset.path == str(root / "trinity_data") and taskset.data_selector.selector_type == "shuffle"
+    assert cfg.buffer.explorer_input.default_workflow_type.endswith("AstunerTrinityWorkflow")
+    assert cfg.monitor.cache_dir == str(root / "tensorboard")
+
+
+def test_trinity_file_reader_yields_our_tasks(prepared):
+    from trinity.buffer.reader.file_reader import FileReader
+    from trinity.common.config import load_config
+
+    from astuner.task_reader import build_task_reader
+
+    run, _, path = prepared
+    storage = load_config(str(path)).buffer.explorer_input.taskset.to_storage_config()
+    storage.batch_size = 4
+    tasks = asyncio.run(FileReader(storage).read())
+    ours = {t.task_id: t for t in build_task_reader(run.astuner, run.extra_roots).train_tasks()}
+    read = [task_from_row(t.raw_task) for t in tasks]  # in the order of Trinity's shuffle selector
+    assert len(read) == 4 and all(task == ours[task.task_id] for task in read)
+
+
+class FakeCompletions:
+    def __init__(self, engine):
+        self.engine = engine
+
+    async def create(self, *, model, prompt, max_tokens, temperature, top_p, logprobs, extra_body):
+        from astuner.rollout.engines.base import SamplingParams
+
+        assert extra_body["return_token_ids"] is True
+        result = await self.engine.generate(prompt, SamplingParams(temperature, top_p, max_tokens))
+        choice = SimpleNamespace(model_dump=lambda: {"token_ids": result.token_ids, "finish_reason": "stop",
+                                                     "logprobs": {"token_logprobs": result.logprobs}})
+        return SimpleNamespace(choices=[choice])
+
+
+def test_workflow_turns_an_episode_into_experiences(prepared, tokenizer):
+    from trinity.common.config import load_config
+    from trinity.common.workflows.workflow import Task as TrinityTask
+
+    from astuner.backbone.trinity_backbone.workflow import AstunerTrinityWorkflow
+
+    run, _, path = prepared
+    taskset = load_config(str(path)).buffer.explorer_input.taskset
+    replies = ['Let me compute.\n<tool_call>\n{"name": "execute_python_code", "arguments": {"code": "print(48 + 24)"}}'
+               '\n</tool_call>', "So she sold \\boxed{72} clips."]
+    engine = ScriptedEngine(tokenizer, replies)
+    client = SimpleNamespace(completions=FakeCompletions(engine), model_path=run.astuner.model.path)
+    model = SimpleNamespace(get_openai_async_client=lambda: client, get_openai_client=lambda: client)
+    row = {"astuner_task": __import__("json").dumps(
+        __import__("astuner.task_reader", fromlist=["x"]).build_task_reader(run.astuner, run.extra_roots)
+        .train_tasks()[0].to_dict())}
+    task = TrinityTask(workflow=AstunerTrinityWorkflow, raw_task=row, workflow_args=taskset.workflow_args,
+                       rollout_args=taskset.rollout_args)
+    workflow = AstunerTrinityWorkflow(task=task, model=model)
+    (exp,) = asyncio.run(workflow.run_async())
+    assert exp.reward == 1.0  # GSM8K row 0: 72
+    tokens = exp.tokens.tolist()
+    mask = exp.action_mask.tolist()
+    response = tokens[exp.prompt_length:]
+    assert len(mask) == len(response) == len(exp.logprobs)
+    generated = [t for t, m in zip(response, mask) if m]
+    assert generated == engine.outputs[0] + engine.outputs[1]  # exactly the engine's tokens
+    given = tokenizer.decode([t for t, m in zip(response, mask) if not m])
+    assert "<tool_response>" in given and "72" in given  # the tool's output, not trained
