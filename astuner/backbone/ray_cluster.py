@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,14 +18,23 @@ from loguru import logger
 from astuner.errors import UserError
 
 CURRENT_CLUSTER_FILE = Path("/tmp/ray/ray_current_cluster")
+# Ray binds a head to the machine's network address even when asked for 127.0.0.1 unless "cluster mode"
+# is off; a local head started here must listen on loopback only.
+LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
 
 
 class RayUnavailable(UserError):
     pass
 
 
+def ray_cli_path() -> Optional[str]:
+    """The `ray` command of this Python environment (beside the interpreter), else the one on PATH."""
+    beside = Path(sys.executable).parent / "ray"
+    return str(beside) if beside.exists() else shutil.which("ray")
+
+
 def _ray_cli() -> str:
-    ray = shutil.which("ray")
+    ray = ray_cli_path()
     if ray is None:
         raise RayUnavailable("the ray command is not installed in this environment; install the backbone's extra "
                              "(pip install 'astuner[verl]' or 'astuner[trinity]')")
@@ -94,7 +104,8 @@ def ensure_ray(with_ray: bool) -> RayCluster:
                              "yourself (ray start --head) and set RAY_ADDRESS")
     before = _process_ids()
     cluster_file_before = CURRENT_CLUSTER_FILE.read_text() if CURRENT_CLUSTER_FILE.exists() else None
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    os.environ.update(LOOPBACK_ENV)  # for this process and its children (the backbone's ray.init)
+    env = dict(os.environ)
     proc = subprocess.run([_ray_cli(), "start", "--head", "--node-ip-address=127.0.0.1", "--port=0",
                            "--include-dashboard=false", "--disable-usage-stats"],
                           capture_output=True, text=True, env=env, timeout=180)
@@ -106,5 +117,8 @@ def ensure_ray(with_ray: bool) -> RayCluster:
     if CURRENT_CLUSTER_FILE.exists():
         cluster.address = CURRENT_CLUSTER_FILE.read_text().strip()
         os.environ["RAY_ADDRESS"] = cluster.address
+    deadline = time.time() + 60
+    while not cluster_reachable() and time.time() < deadline:
+        time.sleep(1)
     logger.info(f"started a local Ray head at {cluster.address} ({len(started)} processes)")
     return cluster

@@ -94,6 +94,9 @@ def translate_to_verl(run: RunConfig, root: Path) -> dict[str, Any]:
             "nnodes": tc.nnodes,
             "n_gpus_per_node": tc.n_gpus_per_node,
             "max_actor_ckpt_to_keep": tc.max_checkpoints_to_keep,
+            # verl 0.9's default (v1) trainer needs the TransferQueue package, which its pip extra does not
+            # install; the v0 trainer ships with verl and runs agent loops the same way
+            "use_v1": False,
         },
     }
     return deep_merge(translated, user_verl_keys(run.merged))

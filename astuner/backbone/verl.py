@@ -1,0 +1,95 @@
+"""`--backbone verl`: verl 0.9 (PPO trainer, vLLM rollouts, FSDP) on Ray runs our workflow as its agent loop.
+
+The run folder gets the tasks (`verl_data/train.jsonl`, `test.jsonl`, one row per astuner task, with the
+task itself in `extra_info`), the agent-loop registry file and the composed verl config
+(`verl_config.yaml`: verl's own `ppo_trainer` defaults, our translation, then the user's top-level verl
+keys); then verl's `run_ppo` trains. Needs `pip install 'astuner[verl]'` (its own environment: verl pins
+transformers < 5.11).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from loguru import logger
+
+from astuner.errors import BackboneUnavailable, ConfigError
+
+CONFIG_FILE = "verl_config.yaml"
+
+
+def verl_config_dir() -> Path:
+    spec = importlib.util.find_spec("verl")
+    if spec is None or spec.origin is None:
+        raise BackboneUnavailable("backbone verl needs verl: pip install 'astuner[verl]' in an environment of its own "
+                                  "(see README, 'Distributed backbones')")
+    return Path(spec.origin).parent / "trainer" / "config"
+
+
+def compose_verl_config(translated: dict[str, Any]) -> Any:
+    """verl's `ppo_trainer` config with our translation merged in; a key verl does not know is an error."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+    from omegaconf.errors import ConfigKeyError
+
+    with initialize_config_dir(config_dir=str(verl_config_dir()), version_base=None):
+        base = compose(config_name="ppo_trainer")
+    OmegaConf.set_struct(base, True)
+    try:
+        return OmegaConf.merge(base, OmegaConf.create(translated))
+    except ConfigKeyError as exc:
+        raise ConfigError(f"verl's trainer config has no key {getattr(exc, 'full_key', exc)!s}; fix the top-level verl "
+                          f"keys in your YAML") from None
+
+
+def prepare(ctx: Any) -> Path:
+    from omegaconf import OmegaConf
+
+    from astuner.backbone import translated_config
+    from astuner.backbone.runtime import write_rows
+    from astuner.backbone.verl_backbone.translate import agent_loop_registry, verl_task_row
+    from astuner.task_reader import build_task_reader
+
+    root = ctx.run_dir.root.absolute()
+    reader = build_task_reader(ctx.config.astuner, ctx.config.extra_roots)
+    n_train = write_rows((verl_task_row(t, i) for i, t in enumerate(reader.train_tasks())),
+                         root / "verl_data" / "train.jsonl")
+    n_val = write_rows((verl_task_row(t, i) for i, t in enumerate(reader.val_tasks())), root / "verl_data" / "test.jsonl")
+    (root / "verl_agent_loops.yaml").write_text(yaml.safe_dump(agent_loop_registry(ctx.config, root), sort_keys=False))
+    config = compose_verl_config(translated_config("verl", ctx.config, root))
+    path = root / CONFIG_FILE
+    path.write_text(OmegaConf.to_yaml(config), encoding="utf-8")
+    logger.info(f"verl: {n_train} training / {n_val} validation tasks, config {path}")
+    return path
+
+
+def run(ctx: Any) -> None:
+    verl_config_dir()
+    from astuner.backbone.ray_cluster import ensure_ray
+
+    path = prepare(ctx)
+    os.environ.setdefault("TENSORBOARD_DIR", str(ctx.run_dir.tensorboard.absolute()))
+    cluster = ensure_ray(ctx.with_ray)
+    try:
+        from omegaconf import OmegaConf
+        from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
+        from verl.trainer.ppo.utils import need_critic, need_reference_policy
+        from verl.utils.config import validate_config
+        from verl.utils.device import auto_set_device
+
+        config = OmegaConf.load(path)
+        auto_set_device(config)
+        validate_config(config=config, use_reference_policy=need_reference_policy(config),
+                        use_critic=need_critic(config))
+        if config.trainer.use_v1:
+            run_ppo(config, task_runner_class=TaskRunnerV1)
+        else:
+            from verl.trainer.main_ppo_v0 import TaskRunner
+
+            run_ppo(config, task_runner_class=TaskRunner)
+    finally:
+        cluster.stop()
