@@ -99,7 +99,9 @@ CASES: list[tuple[str, Optional[Callable[[str], str]], list[str], list[str]]] = 
     ("bad-interpolation", replace("project_name: math_agent", "project_name: ${no.such.key}"), [],
      ["cannot resolve", "astuner.project_name"]),
     ("unknown-backbone", None, ["--backbone", "torchrun"], ["invalid choice: 'torchrun'"]),
-    ("backbone-not-built", None, ["--backbone", "verl"], ["backbone verl is not available in this version"]),
+    ("backbone-extra-missing", None, ["--backbone", "verl"], ["backbone verl needs verl: pip install 'astuner[verl]'"]),
+    ("trinity-extra-missing", None, ["--backbone", "trinity"],
+     ["backbone trinity needs Trinity-RFT: pip install 'astuner[trinity]'"]),
 ]
 
 

@@ -1,6 +1,7 @@
 """Backbones run the training loop: `--backbone` picks one from `BACKBONES`.
 
-A backbone is a module with `run(ctx: RunContext) -> None`. verl, trinity, ray and vllm are imported
+A backbone is a module with `run(ctx: RunContext) -> None` and optionally `check_available()`, which
+raises `BackboneUnavailable` when what it needs is not installed. verl, trinity, ray and vllm are imported
 only inside their backbone modules.
 """
 
@@ -45,6 +46,9 @@ def load_backbone(name: str) -> ModuleType:
     module = importlib.import_module(module_name)
     if not callable(getattr(module, "run", None)):
         raise TypeError(f"backbone module {module_name} has no run(ctx) function")
+    check = getattr(module, "check_available", None)
+    if check is not None:
+        check()  # e.g. its extra is not installed: say so before the run folder is created
     return module
 
 

@@ -36,10 +36,14 @@ def prepare(ctx: Any) -> Path:
     return path
 
 
-def run(ctx: Any) -> None:
+def check_available() -> None:
     if importlib.util.find_spec("trinity") is None:
         raise BackboneUnavailable("backbone trinity needs Trinity-RFT: pip install 'astuner[trinity]' in an environment "
                                   "of its own (see README, 'Distributed backbones')")
+
+
+def run(ctx: Any) -> None:
+    check_available()
     from astuner.backbone.ray_cluster import ensure_ray
 
     path = prepare(ctx)

@@ -67,8 +67,12 @@ def prepare(ctx: Any) -> Path:
     return path
 
 
-def run(ctx: Any) -> None:
+def check_available() -> None:
     verl_config_dir()
+
+
+def run(ctx: Any) -> None:
+    check_available()
     from astuner.backbone.ray_cluster import ensure_ray
 
     path = prepare(ctx)
