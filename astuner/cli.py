@@ -55,10 +55,10 @@ def _run(args: argparse.Namespace) -> int:
         if args.backbone == "debug":
             sys.stdout.write(dump_config(run_config.merged))
         else:
-            from astuner.backbone import translated_config
+            from astuner.backbone import dry_run_config
 
             sys.stdout.write(f"# {args.backbone} config translated from {run_config.conf_path}\n")
-            sys.stdout.write(dump_config(translated_config(args.backbone, run_config, run_root.absolute())))
+            sys.stdout.write(dump_config(dry_run_config(args.backbone, run_config, run_root.absolute())))
         judge = run_config.astuner.task_judge.judge_protocol or "none (the workflow returns rewards)"
         print(f"astuner: config OK (dry run, nothing started): backbone={args.backbone}, "
               f"workflow={run_config.astuner.rollout.agentscope_workflow}, judge={judge}, run folder={run_root}",

@@ -63,3 +63,33 @@ def translated_config(name: str, config: "RunConfig", root: Any) -> dict[str, An
 
         return translate_to_trinity(config, root)
     raise ValueError(f"backbone {name} has no translated config")
+
+
+def dry_run_config(name: str, config: "RunConfig", root: Any) -> dict[str, Any]:
+    """The translated config for --dry-run; checked against the package itself when it is installed
+    (verl: merged into its ppo_trainer config; trinity: loaded with its load_config)."""
+    translated = translated_config(name, config, root)
+    if name == "verl" and importlib.util.find_spec("verl") is not None:
+        from omegaconf import OmegaConf
+
+        from astuner.backbone.verl import compose_verl_config
+
+        return OmegaConf.to_container(compose_verl_config(translated), resolve=False)
+    if name == "trinity" and importlib.util.find_spec("trinity") is not None:
+        import tempfile
+        from pathlib import Path
+
+        import yaml
+        from trinity.common.config import load_config
+
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "trinity_config.yaml"
+            path.write_text(yaml.safe_dump(translated, sort_keys=False))
+            try:
+                load_config(str(path))
+            except ValueError as exc:
+                from astuner.errors import ConfigError
+
+                raise ConfigError(f"Trinity-RFT rejects the translated config: {str(exc).splitlines()[0]}; "
+                                  f"check the trinity: subtree of your YAML") from None
+    return translated

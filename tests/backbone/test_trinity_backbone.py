@@ -111,3 +111,14 @@ def test_workflow_turns_an_episode_into_experiences(prepared, tokenizer):
     assert generated == engine.outputs[0] + engine.outputs[1]  # exactly the engine's tokens
     given = tokenizer.decode([t for t, m in zip(response, mask) if not m])
     assert "<tool_response>" in given and "72" in given  # the tool's output, not trained
+
+
+def test_dry_run_validates_the_users_trinity_subtree(capsys, monkeypatch):
+    from tests.conftest import run_cli
+
+    monkeypatch.chdir(REPO_ROOT)
+    code, out, _ = run_cli(["--conf", str(SEED), "--backbone", "trinity", "--dry-run"], capsys)
+    assert code == 0 and "AstunerTrinityWorkflow" in out
+    code, _, err = run_cli(["--conf", str(SEED), "--backbone", "trinity", "--dry-run",
+                            "+trinity.explorer.bogus_key=1"], capsys)
+    assert code == 2 and "Key 'bogus_key' not in 'ExplorerConfig'" in err

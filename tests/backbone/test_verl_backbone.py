@@ -100,3 +100,18 @@ def test_agent_loop_returns_exact_outputs_for_a_multi_turn_episode(prepared, tok
     given = tokenizer.decode([t for t, m in zip(out.response_ids, out.response_mask) if not m])
     assert "<tool_response>" in given and "72" in given
     assert all(lp == 0.0 for lp, m in zip(out.response_logprobs, out.response_mask) if not m)
+
+
+def test_dry_run_prints_the_config_composed_with_verls_own(capsys, monkeypatch):
+    import yaml
+
+    from tests.conftest import run_cli
+
+    monkeypatch.chdir(REPO_ROOT)
+    code, out, _ = run_cli(["--conf", str(SEED), "--backbone", "verl", "--dry-run"], capsys)
+    assert code == 0
+    cfg = yaml.safe_load(out)
+    assert cfg["actor_rollout_ref"]["rollout"]["max_num_seqs"] == 40  # ours
+    assert "ppo_micro_batch_size_per_gpu" in cfg["actor_rollout_ref"]["actor"]  # verl's own default keys
+    code, _, err = run_cli(["--conf", str(SEED), "--backbone", "verl", "--dry-run", "+trainer.bogus_key=1"], capsys)
+    assert code == 2 and "bogus_key" in err
