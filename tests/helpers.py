@@ -90,3 +90,26 @@ class LoopbackJSONServer:
     def __exit__(self, *exc: Any) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def prepare_seed_run(prepare: Callable[[Any], Any], tmp_path: Any, model_dir: Any, gsm8k_dir: Any,
+                     extra_overrides: tuple[str, ...] = ()) -> tuple[Any, Any, Any]:
+    """The contract's math agent pointed at a tiny local model and GSM8K, its config.yaml written into a run
+    folder, and a distributed backbone's `prepare(ctx)` run on it. Returns (run config, run root, prepare's result).
+    The caller has chdir'ed to the repository root."""
+    from types import SimpleNamespace
+
+    from astuner.config import load_run_config
+    from astuner.records.run_dir import RunDir, dump_config
+    from tests.conftest import REPO_ROOT
+
+    run = load_run_config(REPO_ROOT / "tutorial" / "example_math_agent" / "math_agent.yaml",
+                          [f"astuner.model.path={model_dir}",
+                           f"astuner.task_reader.huggingface_dat_repo.dataset_path={gsm8k_dir}",
+                           "astuner.rollout.max_model_len=4096", "astuner.data.max_prompt_length=3000",
+                           "astuner.data.max_response_length=1000", *extra_overrides])
+    root = tmp_path / "run"
+    root.mkdir()
+    (root / "config.yaml").write_text(dump_config(run.merged))
+    ctx = SimpleNamespace(config=run, run_dir=RunDir(root=root, resumed=False), with_ray=False)
+    return run, root, prepare(ctx)

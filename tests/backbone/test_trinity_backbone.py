@@ -12,10 +12,8 @@ import pytest
 pytest.importorskip("trinity")
 
 from astuner.backbone.runtime import task_from_row  # noqa: E402
-from astuner.config import load_run_config  # noqa: E402
-from astuner.records.run_dir import RunDir, dump_config  # noqa: E402
 from tests.conftest import REPO_ROOT  # noqa: E402
-from tests.helpers import ScriptedEngine  # noqa: E402
+from tests.helpers import ScriptedEngine, prepare_seed_run  # noqa: E402
 
 SEED = REPO_ROOT / "tutorial" / "example_math_agent" / "math_agent.yaml"
 
@@ -25,15 +23,7 @@ def prepared(tmp_path, tiny_model_dir, gsm8k_dir, monkeypatch):
     from astuner.backbone.trinity import prepare
 
     monkeypatch.chdir(REPO_ROOT)
-    run = load_run_config(SEED, [f"astuner.model.path={tiny_model_dir}",
-                                 f"astuner.task_reader.huggingface_dat_repo.dataset_path={gsm8k_dir}",
-                                 "astuner.rollout.max_model_len=4096", "astuner.data.max_prompt_length=3000",
-                                 "astuner.data.max_response_length=1000"])
-    root = tmp_path / "run"
-    root.mkdir()
-    (root / "config.yaml").write_text(dump_config(run.merged))
-    ctx = SimpleNamespace(config=run, run_dir=RunDir(root=root, resumed=False), with_ray=False)
-    return run, root, prepare(ctx)
+    return prepare_seed_run(prepare, tmp_path, tiny_model_dir, gsm8k_dir, ())
 
 
 def test_generated_config_loads_and_round_trips(prepared):
@@ -86,7 +76,9 @@ def test_workflow_turns_an_episode_into_experiences(prepared, tokenizer):
     from trinity.common.config import load_config
     from trinity.common.workflows.workflow import Task as TrinityTask
 
+    from astuner.backbone.runtime import task_row
     from astuner.backbone.trinity_backbone.workflow import AstunerTrinityWorkflow
+    from astuner.task_reader import build_task_reader
 
     run, _, path = prepared
     taskset = load_config(str(path)).buffer.explorer_input.taskset
@@ -95,9 +87,7 @@ def test_workflow_turns_an_episode_into_experiences(prepared, tokenizer):
     engine = ScriptedEngine(tokenizer, replies)
     client = SimpleNamespace(completions=FakeCompletions(engine), model_path=run.astuner.model.path)
     model = SimpleNamespace(get_openai_async_client=lambda: client, get_openai_client=lambda: client)
-    row = {"astuner_task": __import__("json").dumps(
-        __import__("astuner.task_reader", fromlist=["x"]).build_task_reader(run.astuner, run.extra_roots)
-        .train_tasks()[0].to_dict())}
+    row = task_row(build_task_reader(run.astuner, run.extra_roots).train_tasks()[0])
     task = TrinityTask(workflow=AstunerTrinityWorkflow, raw_task=row, workflow_args=taskset.workflow_args,
                        rollout_args=taskset.rollout_args)
     workflow = AstunerTrinityWorkflow(task=task, model=model)

@@ -13,10 +13,8 @@ import pytest
 
 pytest.importorskip("verl")
 
-from astuner.config import load_run_config  # noqa: E402
-from astuner.records.run_dir import RunDir, dump_config  # noqa: E402
 from tests.conftest import REPO_ROOT  # noqa: E402
-from tests.helpers import ScriptedEngine  # noqa: E402
+from tests.helpers import ScriptedEngine, prepare_seed_run  # noqa: E402
 
 SEED = REPO_ROOT / "tutorial" / "example_math_agent" / "math_agent.yaml"
 
@@ -26,15 +24,7 @@ def prepared(tmp_path, tiny_model_dir, gsm8k_dir, monkeypatch):
     from astuner.backbone.verl import prepare
 
     monkeypatch.chdir(REPO_ROOT)
-    run = load_run_config(SEED, [f"astuner.model.path={tiny_model_dir}",
-                                 f"astuner.task_reader.huggingface_dat_repo.dataset_path={gsm8k_dir}",
-                                 "astuner.rollout.max_model_len=4096", "astuner.data.max_prompt_length=3000",
-                                 "astuner.data.max_response_length=1000", "+trainer.logger=[console]"])
-    root = tmp_path / "run"
-    root.mkdir()
-    (root / "config.yaml").write_text(dump_config(run.merged))
-    ctx = SimpleNamespace(config=run, run_dir=RunDir(root=root, resumed=False), with_ray=False)
-    return run, root, prepare(ctx)
+    return prepare_seed_run(prepare, tmp_path, tiny_model_dir, gsm8k_dir, ("+trainer.logger=[console]",))
 
 
 def test_verl_accepts_every_translated_key(prepared):
