@@ -17,8 +17,10 @@ from astuner.schema import Task
 TASK_COLUMN = "astuner_task"
 
 
-def task_row(task: Task, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {TASK_COLUMN: json.dumps(task.to_dict(), ensure_ascii=False, default=str), **(extra or {})}
+def task_row(task: Task, feature_keys: Sequence[str] = ()) -> dict[str, Any]:
+    """One row: the task as a JSON string, plus the feature columns a data selector reads."""
+    return {TASK_COLUMN: json.dumps(task.to_dict(), ensure_ascii=False, default=str),
+            **{k: task.metadata.get(k) for k in feature_keys}}
 
 
 def task_from_row(row: dict[str, Any]) -> Task:

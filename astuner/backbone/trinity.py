@@ -27,8 +27,9 @@ def prepare(ctx: Any) -> Path:
 
     root = ctx.run_dir.root.absolute()
     reader = build_task_reader(ctx.config.astuner, ctx.config.extra_roots)
-    n_train = write_rows((task_row(t) for t in reader.train_tasks()), root / "trinity_data" / "train.jsonl")
-    n_val = write_rows((task_row(t) for t in reader.val_tasks()), root / "trinity_data" / "test.jsonl")
+    keys = ctx.config.astuner.task_reader.task_selector.feature_keys
+    n_train = write_rows((task_row(t, keys) for t in reader.train_tasks()), root / "trinity_data" / "train.jsonl")
+    n_val = write_rows((task_row(t, keys) for t in reader.val_tasks()), root / "trinity_data" / "test.jsonl")
     config = translated_config("trinity", ctx.config, root)
     path = root / CONFIG_FILE
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")

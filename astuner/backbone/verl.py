@@ -49,6 +49,11 @@ def compose_verl_config(translated: dict[str, Any]) -> Any:
 def prepare(ctx: Any) -> Path:
     from omegaconf import OmegaConf
 
+    a = ctx.config.astuner
+    if a.task_reader.task_selector.selector_type not in ("sequential", "shuffle") or \
+            a.data_processor.experience_pipeline.operators:
+        raise ConfigError("backbone verl serves tasks with its own sampler: task selectors other than sequential / "
+                          "shuffle and experience operators are not supported there; use --backbone debug or trinity")
     from astuner.backbone import translated_config
     from astuner.backbone.runtime import write_rows
     from astuner.backbone.verl_backbone.translate import agent_loop_registry, verl_task_row

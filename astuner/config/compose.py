@@ -164,6 +164,9 @@ def compose_config(conf_path: Path | str, overrides: list[str] | None = None) ->
             message += _suggest_key(culprit.split("=", 1)[0].lstrip("+~"))
         raise ConfigError(f"{where}: {message}") from None
 
+    if "data_processor" in cfg and "astuner" in cfg:  # Trinity's top-level name for the experience pipeline
+        cfg.astuner.data_processor = OmegaConf.merge(cfg.astuner.get("data_processor", {}), cfg.data_processor)
+        del cfg["data_processor"]
     try:
         merged = OmegaConf.to_container(cfg, resolve=True)
     except OmegaConfBaseException as exc:

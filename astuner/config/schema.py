@@ -8,7 +8,7 @@ values. Later features add their keys here and in the YAML together.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 
 @dataclass
@@ -43,6 +43,8 @@ class EnvServiceConfig:
 class TaskSelectorConfig:
     selector_type: str = "shuffle"
     seed: int = 42
+    feature_keys: list[str] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -50,6 +52,7 @@ class TaskReaderConfig:
     type: str = "huggingface_dat_repo"
     query_field: str = "question"
     task_selector: TaskSelectorConfig = field(default_factory=TaskSelectorConfig)
+    data_selector: Optional[TaskSelectorConfig] = None
     huggingface_dat_repo: HuggingfaceDatRepoConfig = field(default_factory=HuggingfaceDatRepoConfig)
     dataset_file: DatasetFileConfig = field(default_factory=DatasetFileConfig)
     env_service: EnvServiceConfig = field(default_factory=EnvServiceConfig)
@@ -175,6 +178,22 @@ class TrainerCommonConfig:
 
 
 @dataclass
+class OperatorConfig:
+    name: str = ""
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ExperiencePipelineConfig:
+    operators: list[OperatorConfig] = field(default_factory=list)
+
+
+@dataclass
+class DataProcessorConfig:
+    experience_pipeline: ExperiencePipelineConfig = field(default_factory=ExperiencePipelineConfig)
+
+
+@dataclass
 class AstunerConfig:
     project_name: str = "astuner_project"
     experiment_name: Optional[str] = None
@@ -184,11 +203,13 @@ class AstunerConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     task_judge: TaskJudgeConfig = field(default_factory=TaskJudgeConfig)
     trainer_common: TrainerCommonConfig = field(default_factory=TrainerCommonConfig)
+    data_processor: DataProcessorConfig = field(default_factory=DataProcessorConfig)
 
 
 TASK_READER_TYPES = ("huggingface_dat_repo", "dataset_file", "env_service")
 MADNESS_CHECKS = ("nonsense", "wrong_toolcall")
 ENGINES = ("auto", "hf", "vllm", "openai")
-SELECTORS = ("sequential", "shuffle")
+SELECTORS = ("sequential", "shuffle", "random", "offline_easy2hard", "difficulty_based")
+OPERATORS = ("pass_rate_calculator", "reward_std_filter", "reward_filter")
 TINY_TOKENIZERS = ("bpe", "words")
 DEVICES = ("auto", "cpu", "cuda")

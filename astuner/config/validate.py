@@ -13,8 +13,8 @@ from typing import Any, Union
 
 from astuner.algorithm.advantages import ESTIMATORS
 from astuner.algorithm.losses import AGG_MODES, KL_TYPES
-from astuner.config.schema import (DEVICES, ENGINES, MADNESS_CHECKS, SELECTORS, TASK_READER_TYPES, TINY_TOKENIZERS,
-                                   AstunerConfig)
+from astuner.config.schema import (DEVICES, ENGINES, MADNESS_CHECKS, OPERATORS, SELECTORS, TASK_READER_TYPES,
+                                   TINY_TOKENIZERS, AstunerConfig)
 from astuner.config.source_map import SourceMap
 from astuner.errors import ConfigError
 
@@ -270,7 +270,20 @@ def _check_rules(cfg: AstunerConfig, b: _Builder) -> None:
     one_of("astuner.trainer_common.algorithm.loss_agg_mode", al.loss_agg_mode, AGG_MODES)
     for key in ("clip_ratio_low", "clip_ratio_high"):
         positive(f"astuner.trainer_common.algorithm.{key}", getattr(al, key))
-    one_of("astuner.task_reader.task_selector.selector_type", cfg.task_reader.task_selector.selector_type, SELECTORS)
+    if cfg.task_reader.data_selector is not None:  # Trinity's newer name wins
+        cfg.task_reader.task_selector = cfg.task_reader.data_selector
+        cfg.task_reader.data_selector = None
+    sel = cfg.task_reader.task_selector
+    one_of("astuner.task_reader.task_selector.selector_type", sel.selector_type, SELECTORS)
+    if sel.selector_type == "difficulty_based" and len(sel.feature_keys) != 2:
+        b.error("astuner.task_reader.task_selector.feature_keys",
+                "difficulty_based needs exactly two feature_keys: the pass-rate columns of a weaker and of a "
+                f"stronger reference model, got {sel.feature_keys}")
+    if sel.selector_type == "offline_easy2hard" and not sel.feature_keys:
+        b.error("astuner.task_reader.task_selector.feature_keys",
+                "offline_easy2hard needs feature_keys: the columns to sort by (higher = easier)")
+    for i, op in enumerate(cfg.data_processor.experience_pipeline.operators):
+        one_of(f"astuner.data_processor.experience_pipeline.operators[{i}].name", op.name, OPERATORS)
     if cfg.model.tiny is not None:
         one_of("astuner.model.tiny.tokenizer", cfg.model.tiny.tokenizer, TINY_TOKENIZERS)
         positive("astuner.model.tiny.hidden_size", cfg.model.tiny.hidden_size)

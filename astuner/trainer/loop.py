@@ -117,7 +117,10 @@ class DebugTrainer:
         self.train_tasks = reader.train_tasks()
         self.val_tasks = reader.val_tasks()
         sel = cfg.task_reader.task_selector
-        self.selector = build_selector(sel.selector_type, self.train_tasks, sel.seed)
+        try:
+            self.selector = build_selector(sel.selector_type, self.train_tasks, sel.seed, sel.feature_keys, sel.kwargs)
+        except ValueError as exc:
+            raise DataError(f"astuner.task_reader.task_selector: {exc}") from None
         self.judge = build_judge(self.ctx.plugins.judge, cfg)
         self.manager = RolloutManager(cfg, self.ctx.plugins.workflow, self.judge, self.engine, self.tokenizer)
         steps_per_epoch = self.selector.steps_per_epoch(cfg.data.train_batch_size)
@@ -185,13 +188,18 @@ class DebugTrainer:
         t0 = time.perf_counter()
         batch = self._await(self.manager.run(tasks, "train", tag=f"{self.ctx.config.experiment_name}:train:{step}"))
         t1 = time.perf_counter()
+        from astuner.data.operators import apply_operators, selection_metrics
+
         samples = batch.samples
+        selection = selection_metrics(samples)
+        samples, operator_metrics = apply_operators(cfg.data_processor.experience_pipeline.operators, samples,
+                                                    self.selector.feedback)
         dropped: set[str] = set()
         if al.drop_zero_variance_groups:
             dropped = zero_variance_groups(samples)
             samples = [s for s in samples if s.task_id not in dropped]
         assign_advantages(samples, al.adv_estimator, al.norm_adv_by_std_in_grpo)
-        metrics = dict(batch.metrics)
+        metrics = {**batch.metrics, **selection, **operator_metrics}
         if samples:
             metrics.update(self.policy.update(samples, cfg.rollout.temperature))
         t2 = time.perf_counter()

@@ -62,7 +62,7 @@ def test_trinity_translation_with_the_users_subtree(capsys, monkeypatch):
     assert cfg["model"] == {"model_path": "Qwen/Qwen2.5-14B-Instruct", "max_model_len": 13000,
                             "max_prompt_tokens": 3000, "max_response_tokens": 10000, "temperature": 0.7, "top_p": 1.0}
     taskset = cfg["buffer"]["explorer_input"]["taskset"]
-    assert taskset["data_selector"] == {"selector_type": "shuffle", "seed": 42}
+    assert taskset["data_selector"] == {"selector_type": "shuffle", "seed": 42, "feature_keys": [], "kwargs": {}}
     assert taskset["workflow_args"]["astuner_config"].endswith("launcher_record/math_agent/config.yaml")
     assert cfg["buffer"]["batch_size"] == 264 and cfg["buffer"]["train_batch_size"] == 264 * 4
     assert cfg["monitor"]["cache_dir"].endswith("launcher_record/math_agent/tensorboard")

@@ -37,7 +37,8 @@ def taskset(name: str, path: Path, split: str, run: RunConfig, mode: str) -> dic
     }
     if mode == "train":
         sel = a.task_reader.task_selector
-        entry["data_selector"] = {"selector_type": sel.selector_type, "seed": sel.seed}
+        entry["data_selector"] = {"selector_type": sel.selector_type, "seed": sel.seed,
+                                  "feature_keys": list(sel.feature_keys), "kwargs": dict(sel.kwargs)}
     return entry
 
 
@@ -110,4 +111,8 @@ def translate_to_trinity(run: RunConfig, root: Path) -> dict[str, Any]:
         },
         "monitor": {"monitor_type": "tensorboard", "cache_dir": str(root / "tensorboard")},
     }
+    operators = a.data_processor.experience_pipeline.operators
+    if operators:
+        translated["data_processor"] = {"experience_pipeline": {
+            "operators": [{"name": op.name, "args": dict(op.args)} for op in operators]}}
     return deep_merge(translated, run.merged.get("trinity") or {})
