@@ -165,6 +165,7 @@ def compose_config(conf_path: Path | str, overrides: list[str] | None = None) ->
         raise ConfigError(f"{where}: {message}") from None
 
     if "data_processor" in cfg and "astuner" in cfg:  # Trinity's top-level name for the experience pipeline
+        OmegaConf.set_struct(cfg, False)
         cfg.astuner.data_processor = OmegaConf.merge(cfg.astuner.get("data_processor", {}), cfg.data_processor)
         del cfg["data_processor"]
     try:

@@ -77,3 +77,16 @@ def test_dry_run_of_distributed_backbones_imports_nothing_heavy(tmp_path):
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "HEAVY=\n" in proc.stdout
+
+
+def test_selector_and_operators_reach_the_trinity_config(capsys, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    cfg = dry_run("trinity", capsys, "astuner.task_reader.task_selector.selector_type=difficulty_based",
+                  "astuner.task_reader.task_selector.feature_keys=[qwen_0.5b,qwen_7b]",
+                  "+astuner.task_reader.task_selector.kwargs.tau=0",
+                  "astuner.data_processor.experience_pipeline.operators=[{name: pass_rate_calculator}]")
+    selector = cfg["buffer"]["explorer_input"]["taskset"]["data_selector"]
+    assert selector == {"selector_type": "difficulty_based", "seed": 42, "feature_keys": ["qwen_0.5b", "qwen_7b"],
+                        "kwargs": {"tau": 0}}
+    assert cfg["data_processor"] == {"experience_pipeline": {"operators": [{"name": "pass_rate_calculator",
+                                                                            "args": {}}]}}

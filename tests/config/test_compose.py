@@ -117,3 +117,15 @@ def test_every_default_key_has_a_comment_above_it(path: Path):
     for key, lineno in yaml_line_map(path).items():
         above = lines[lineno - 2].strip() if lineno >= 2 else ""
         assert above.startswith("#"), f"{path.name}:{lineno} key {key} has no comment above it"
+
+
+def test_data_selector_and_top_level_data_processor_are_accepted(seed):
+    text = seed.yaml_path.read_text().replace("trinity:\n", "data_processor:\n  experience_pipeline:\n"
+                                              "    operators: [{name: pass_rate_calculator}]\ntrinity:\n", 1)
+    seed.yaml_path.write_text(text)
+    run = load_run_config(seed.yaml_path, ["+astuner.task_reader.data_selector={selector_type: difficulty_based, "
+                                           "feature_keys: [weak, strong], kwargs: {tau: 0}}"])
+    sel = run.astuner.task_reader.task_selector
+    assert (sel.selector_type, sel.feature_keys, sel.kwargs) == ("difficulty_based", ["weak", "strong"], {"tau": 0})
+    assert [op.name for op in run.astuner.data_processor.experience_pipeline.operators] == ["pass_rate_calculator"]
+    assert "data_processor" not in run.merged  # moved under astuner

@@ -122,3 +122,25 @@ def test_math_agent_trains_two_steps_and_resumes(tiny_model_dir, gsm8k_dir, tmp_
     assert code == 0, err
     assert (root / "checkpoints" / "global_step_3" / "COMPLETE").exists()
     assert [json.loads(line)["step"] for line in (root / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
+
+
+def test_bots_selector_and_operators_in_the_debug_backbone(project, capsys):
+    rows = [json.loads(line) for line in (project / "tutorial/example_tiny_cpu/train.jsonl").read_text().splitlines()]
+    with open(project / "features.jsonl", "w") as fh:
+        for i, row in enumerate(rows[:40]):
+            fh.write(json.dumps({**row, "weak": (i % 5) / 10, "strong": (i % 5) / 10 + 0.4}) + "\n")
+    args = tiny_args(3, "astuner.task_reader.dataset_file.training.file_path=features.jsonl",
+                     "astuner.task_reader.task_selector.selector_type=difficulty_based",
+                     "astuner.task_reader.task_selector.feature_keys=[weak,strong]",
+                     "+astuner.task_reader.task_selector.kwargs={tau: 0, target_reward: 0.5, m: 4}",
+                     "astuner.data_processor.experience_pipeline.operators=[{name: pass_rate_calculator}, "
+                     "{name: reward_std_filter}]", "astuner.trainer_common.val_before_train=false",
+                     "astuner.trainer_common.test_freq=-1")
+    code, _, err = run_cli(args, capsys)
+    assert code == 0, err
+    root = project / "launcher_record" / "tiny_cpu"
+    rows = [json.loads(line) for line in (root / "metrics.jsonl").read_text().splitlines()]
+    assert all("selection/valid_ratio" in r and "data/reward_std_filter_dropped" in r for r in rows)
+    state = torch.load(root / "checkpoints" / "global_step_3" / "trainer_state.pt", weights_only=False)
+    estimator = state["selector"]["estimator"]
+    assert estimator["cap"] is not None and len(estimator["alphas"]) == 40  # the selector learned from feedback
