@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +33,8 @@ class RunContext:
     run_dir: "RunDir"
     with_ray: bool = False
     with_logview: bool = False
+    # name -> AgentScope chat model handed to workflows and judges, never trained (the function API)
+    auxiliary_models: dict[str, Any] = field(default_factory=dict)
 
 
 def load_backbone(name: str) -> ModuleType:

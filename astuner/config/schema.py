@@ -17,6 +17,7 @@ class HuggingfaceDatRepoConfig:
     dataset_name: Optional[str] = None
     training_split: str = "train"
     validation_split: Optional[str] = "test"
+    validation_dataset_path: Optional[str] = None
 
 
 @dataclass
@@ -116,6 +117,7 @@ class RolloutConfig:
     failure_reward: float = 0.0
     max_error_rate: float = 0.5
     run_workflow_in_thread: bool = False
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
 
 

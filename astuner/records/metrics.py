@@ -12,14 +12,15 @@ from loguru import logger
 
 
 class MetricsWriter:
-    def __init__(self, root: Path, tensorboard: bool = True):
+    def __init__(self, root: Path, tensorboard_dir: Optional[Path] = None, tensorboard: bool = True):
         self.path = root / "metrics.jsonl"
+        tensorboard_dir = tensorboard_dir or root / "tensorboard"
         self.tb: Any = None
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self.tb = SummaryWriter(log_dir=str(root / "tensorboard"))
+                self.tb = SummaryWriter(log_dir=str(tensorboard_dir))
             except ImportError as exc:  # tensorboard is a dependency; keep running without it if broken
                 logger.warning(f"tensorboard scalars disabled: {exc}")
 

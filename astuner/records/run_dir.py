@@ -15,14 +15,17 @@ from loguru import logger
 
 from astuner.errors import RunDirError
 
-SUBDIRS = ("tensorboard", "checkpoints", "trajectories")
 RUN_MARKERS = ("config.yaml", "astuner.log", "checkpoints", "metrics.jsonl")
 
 
 @dataclass
 class RunDir:
+    """`layout` "launcher" (the CLI's): checkpoints/ and tensorboard/ in the run folder; "tune" (the
+    function API's, as its users expect): global_step_N/ directly in it and monitor/tensorboard/."""
+
     root: Path
     resumed: bool
+    layout: str = "launcher"
 
     @property
     def config_path(self) -> Path:
@@ -34,11 +37,11 @@ class RunDir:
 
     @property
     def tensorboard(self) -> Path:
-        return self.root / "tensorboard"
+        return self.root / "monitor" / "tensorboard" if self.layout == "tune" else self.root / "tensorboard"
 
     @property
     def checkpoints(self) -> Path:
-        return self.root / "checkpoints"
+        return self.root if self.layout == "tune" else self.root / "checkpoints"
 
     @property
     def trajectories(self) -> Path:
@@ -64,15 +67,16 @@ def dump_config(merged: dict[str, Any]) -> str:
     return yaml.safe_dump(merged, sort_keys=False, allow_unicode=True)
 
 
-def prepare_run_dir(exp_dir: Path, experiment_name: str, merged: dict[str, Any], resume: bool) -> RunDir:
+def prepare_run_dir(exp_dir: Path, experiment_name: str, merged: dict[str, Any], resume: bool,
+                    layout: str = "launcher") -> RunDir:
     """Create (or reopen, with `resume`) the run folder, write config.yaml and start logging to astuner.log.
     On resume a changed config is kept: the earlier one is saved as config.before_resume_<time>.yaml."""
     root = check_run_dir(exp_dir, experiment_name, resume)
     resumed = holds_run(root)
     root.mkdir(parents=True, exist_ok=True)
-    for sub in SUBDIRS:
-        (root / sub).mkdir(exist_ok=True)
-    run = RunDir(root=root, resumed=resumed)
+    run = RunDir(root=root, resumed=resumed, layout=layout)
+    for folder in (run.tensorboard, run.checkpoints, run.trajectories):
+        folder.mkdir(parents=True, exist_ok=True)
     text = dump_config(merged)
     if run.config_path.exists() and run.config_path.read_text(encoding="utf-8") != text:
         stamp = time.strftime("%Y%m%d-%H%M%S")

@@ -126,7 +126,7 @@ class RolloutManager:
             started = time.perf_counter()
             tuner = ModelTuner(self.engine, self.tokenizer, sampling, ro.max_model_len, result.recorder,
                                trainable_targets=getattr(self.workflow, "trainable_targets", None),
-                               loop=asyncio.get_running_loop())
+                               chat_template_kwargs=ro.chat_template_kwargs, loop=asyncio.get_running_loop())
             env = self._env_handle(task, result.episode_uuid)
             workflow_task = WorkflowTask(task=task, repeat_index=repeat_index, episode_uuid=result.episode_uuid, env=env)
             try:

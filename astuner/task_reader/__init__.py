@@ -25,7 +25,7 @@ def build_task_reader(cfg: AstunerConfig, extra_roots: Sequence[Path] = ()) -> T
 
         h = tr.huggingface_dat_repo
         return HuggingfaceDatRepoReader(h.dataset_path, h.dataset_name, h.training_split, h.validation_split,
-                                        tr.query_field, extra_roots)
+                                        tr.query_field, extra_roots, h.validation_dataset_path)
     if tr.type == "dataset_file":
         from astuner.task_reader.dataset_file import DatasetFileReader
 

@@ -65,24 +65,31 @@ def _load_hub(dataset_id: str, name: Optional[str], split: str) -> Any:
                     f"at a local copy: a folder of jsonl/json/parquet files, one such file, or a save_to_disk folder")
 
 
+def load_rows(dataset_path: str, dataset_name: Optional[str], split: str, extra_roots: Sequence[Path] = ()) -> Any:
+    """The rows of one split: a local copy when `dataset_path` names one, else the hub."""
+    local = find_user_path(dataset_path, extra_roots)
+    if local is not None:
+        return _load_local(local, dataset_name, split)
+    return _load_hub(dataset_path, dataset_name, split)
+
+
 class HuggingfaceDatRepoReader:
     """Tasks from a hub dataset or a local copy; the query is read from `query_field`."""
 
     def __init__(self, dataset_path: str, dataset_name: Optional[str], training_split: str,
-                 validation_split: Optional[str], query_field: str, extra_roots: Sequence[Path] = ()):
+                 validation_split: Optional[str], query_field: str, extra_roots: Sequence[Path] = (),
+                 validation_dataset_path: Optional[str] = None):
         self.dataset_path, self.dataset_name = dataset_path, dataset_name
         self.training_split, self.validation_split = training_split, validation_split
+        self.validation_path = validation_dataset_path or dataset_path
         self.query_field = query_field
+        self.extra_roots = extra_roots
         self.local = find_user_path(dataset_path, extra_roots)
 
-    def _rows(self, split: str) -> Any:
-        if self.local is not None:
-            return _load_local(self.local, self.dataset_name, split)
-        return _load_hub(self.dataset_path, self.dataset_name, split)
-
-    def _tasks(self, split: str) -> list[Task]:
-        source = f"{self.dataset_path} [{split}]"
-        rows = self._rows(split)
+    def _tasks(self, split: str, path: Optional[str] = None) -> list[Task]:
+        path = path or self.dataset_path
+        source = f"{path} [{split}]"
+        rows = load_rows(path, self.dataset_name, split, self.extra_roots)
         tasks = [row_to_task(dict(row), i, split, self.query_field, f"{source} row {i}") for i, row in enumerate(rows)]
         if not tasks:
             raise DataError(f"{source}: the split holds no rows")
@@ -94,6 +101,8 @@ class HuggingfaceDatRepoReader:
     def val_tasks(self) -> list[Task]:
         if not self.validation_split:
             return []
+        if self.validation_path != self.dataset_path:
+            return self._tasks(self.validation_split, self.validation_path)
         if self.local is not None and self.local.is_file():
             logger.warning(f"{self.dataset_path} is a single file, so it is the training split; there is no "
                            f"validation split '{self.validation_split}' (set validation_split: null to silence this)")

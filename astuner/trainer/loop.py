@@ -122,10 +122,11 @@ class DebugTrainer:
         except ValueError as exc:
             raise DataError(f"astuner.task_reader.task_selector: {exc}") from None
         self.judge = build_judge(self.ctx.plugins.judge, cfg)
-        self.manager = RolloutManager(cfg, self.ctx.plugins.workflow, self.judge, self.engine, self.tokenizer)
+        self.manager = RolloutManager(cfg, self.ctx.plugins.workflow, self.judge, self.engine, self.tokenizer,
+                                      auxiliary_models=getattr(self.ctx, "auxiliary_models", None))
         steps_per_epoch = self.selector.steps_per_epoch(cfg.data.train_batch_size)
         self.total_steps = tc.total_training_steps or tc.total_epochs * steps_per_epoch
-        self.writer = MetricsWriter(self.run_dir.root)
+        self.writer = MetricsWriter(self.run_dir.root, self.run_dir.tensorboard)
         self.start_step = 0
         if self.checkpoint is not None:
             state = load_trainer_state(self.checkpoint)

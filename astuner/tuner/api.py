@@ -1,0 +1,179 @@
+"""The function API: `tune(workflow_func=..., judge_func=..., train_dataset=..., model=..., algorithm=...)`.
+
+It builds an ordinary astuner config (written into the run folder as `config.yaml`, so
+`astuner --conf <that file>` reruns it) and runs the chosen backbone. Runs land in
+`./checkpoints/{project_name}/{experiment_name}/` with `global_step_N/` and `monitor/tensorboard/`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from astuner.errors import UserError
+
+
+@dataclass
+class DatasetConfig:
+    """A dataset: a local folder with train.jsonl/test.jsonl (or parquet/json), one file, a save_to_disk
+    folder, or anything `datasets.load_dataset` takes (hub id + `name`)."""
+
+    path: str
+    name: Optional[str] = None
+    split: str = "train"
+    total_epochs: int = 1
+    total_steps: Optional[int] = None
+
+    def preview(self, n: int = 5) -> list[dict[str, Any]]:
+        """Print the first `n` rows as JSON and return them."""
+        from astuner.task_reader.huggingface import load_rows
+
+        rows = load_rows(self.path, self.name, self.split)
+        first = [dict(rows[i]) for i in range(min(n, len(rows)))]
+        for row in first:
+            print(json.dumps(row, ensure_ascii=False, default=str))
+        return first
+
+
+@dataclass
+class TunerModelConfig:
+    model_path: str
+    max_model_len: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 8192
+    enable_thinking: Optional[bool] = None
+    tensor_parallel_size: int = 1
+    inference_engine_num: int = 1
+    tool_call_parser: str = "hermes"
+    reasoning_parser: Optional[str] = None
+
+
+@dataclass
+class AlgorithmConfig:
+    algorithm_type: str = "multi_step_grpo"
+    learning_rate: float = 1e-6
+    group_size: int = 8
+    batch_size: int = 32
+    save_interval_steps: int = 100
+    eval_interval_steps: int = 100
+
+
+def _check_function(fn: Any, role: str, names: tuple[str, str]) -> None:
+    expected = f"an async function ({names[0]}, {names[1]}, auxiliary_models=None)"
+    if not inspect.iscoroutinefunction(fn):
+        raise UserError(f"{role} must be {expected}; got {fn!r}" + ("" if callable(fn) else " (not callable)"))
+    params = list(inspect.signature(fn).parameters.values())
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) < 2 or [p.name for p in positional[:2]] != list(names):
+        got = ", ".join(p.name for p in params) or "nothing"
+        raise UserError(f"{role} {fn.__name__} must take ({names[0]}, {names[1]}, auxiliary_models=None); it takes "
+                        f"({got})")
+    if not any(p.name == "auxiliary_models" or p.kind == p.VAR_KEYWORD for p in params):
+        raise UserError(f"{role} {fn.__name__} must accept auxiliary_models=None (the auxiliary models by name)")
+
+
+def plugin_string(fn: Callable[..., Any]) -> str:
+    """How the written config names a function: its module, or its file for a script."""
+    if fn.__module__ == "__main__":
+        return f"{Path(inspect.getfile(fn)).resolve()}->{fn.__name__}"
+    return f"{fn.__module__}->{fn.__qualname__}"
+
+
+def build_config(*, workflow_func: Callable, judge_func: Optional[Callable], train_dataset: DatasetConfig,
+                 eval_dataset: Optional[DatasetConfig], model: TunerModelConfig, algorithm: AlgorithmConfig,
+                 project_name: str, experiment_name: str, monitor_type: Optional[str]) -> dict[str, Any]:
+    """The astuner tree (as a YAML-ready mapping) the arguments describe."""
+    if algorithm.algorithm_type not in ("grpo", "multi_step_grpo"):
+        raise UserError(f"AlgorithmConfig.algorithm_type {algorithm.algorithm_type!r} is not supported; use "
+                        f"'multi_step_grpo' or 'grpo'")
+    if model.max_tokens >= model.max_model_len:
+        raise UserError(f"TunerModelConfig.max_tokens ({model.max_tokens}) must be smaller than max_model_len "
+                        f"({model.max_model_len}): the prompt needs room too")
+    if monitor_type not in (None, "tensorboard"):
+        raise UserError(f"monitor_type {monitor_type!r} is not supported; use 'tensorboard' (or None)")
+    hf: dict[str, Any] = {"dataset_path": train_dataset.path, "dataset_name": train_dataset.name,
+                          "training_split": train_dataset.split,
+                          "validation_split": eval_dataset.split if eval_dataset else None}
+    if eval_dataset is not None and eval_dataset.path != train_dataset.path:
+        hf["validation_dataset_path"] = eval_dataset.path
+    chat_kwargs = {} if model.enable_thinking is None else {"enable_thinking": model.enable_thinking}
+    return {"astuner": {
+        "project_name": project_name,
+        "experiment_name": experiment_name,
+        "task_reader": {"type": "huggingface_dat_repo", "huggingface_dat_repo": hf},
+        "data": {"train_batch_size": algorithm.batch_size, "max_prompt_length": model.max_model_len - model.max_tokens,
+                 "max_response_length": model.max_tokens},
+        "model": {"path": model.model_path},
+        "rollout": {"agentscope_workflow": plugin_string(workflow_func), "temperature": model.temperature,
+                    "top_p": model.top_p, "num_repeat": algorithm.group_size,
+                    "max_response_length_in_one_turn": min(model.max_tokens, model.max_model_len - 1),
+                    "max_model_len": model.max_model_len, "tensor_model_parallel_size": model.tensor_parallel_size,
+                    "chat_template_kwargs": chat_kwargs},
+        "task_judge": {"judge_protocol": plugin_string(judge_func) if judge_func else None},
+        "trainer_common": {"save_freq": algorithm.save_interval_steps,
+                           "test_freq": algorithm.eval_interval_steps if eval_dataset else -1,
+                           "total_epochs": train_dataset.total_epochs,
+                           "total_training_steps": train_dataset.total_steps,
+                           "trinity_only__n_vllm_engine": model.inference_engine_num,
+                           "optim": {"lr": algorithm.learning_rate},
+                           "algorithm": {"adv_estimator": algorithm.algorithm_type}},
+    }}
+
+
+def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
+         train_dataset: Optional[DatasetConfig] = None, eval_dataset: Optional[DatasetConfig] = None,
+         model: Optional[TunerModelConfig] = None, auxiliary_models: Optional[dict[str, Any]] = None,
+         algorithm: Optional[AlgorithmConfig] = None, project_name: Optional[str] = None,
+         experiment_name: Optional[str] = None, monitor_type: Optional[str] = None,
+         config_path: Optional[str] = None, backbone: str = "debug", resume: bool = False) -> Path:
+    """Train `workflow_func`'s agent; returns the run folder. `config_path` loads an astuner YAML first;
+    the arguments given override it."""
+    import yaml
+
+    from astuner.backbone import RunContext, load_backbone
+    from astuner.config import Plugins, load_run_config
+    from astuner.records import prepare_run_dir
+    from astuner.backbone.translate_common import deep_merge
+
+    _check_function(workflow_func, "workflow_func", ("task", "model"))
+    if judge_func is not None:
+        _check_function(judge_func, "judge_func", ("task", "response"))
+    if config_path is None and (train_dataset is None or model is None):
+        raise UserError("tune() needs train_dataset and model (or a config_path that names them)")
+    project = project_name or "AgentScope"
+    name = experiment_name or time.strftime("Experiment-%Y%m%d-%H%M%S")
+    overrides = {}
+    if train_dataset is not None and model is not None:
+        overrides = build_config(workflow_func=workflow_func, judge_func=judge_func, train_dataset=train_dataset,
+                                 eval_dataset=eval_dataset, model=model, algorithm=algorithm or AlgorithmConfig(),
+                                 project_name=project, experiment_name=name, monitor_type=monitor_type)
+    else:
+        overrides = {"astuner": {"project_name": project, "experiment_name": name,
+                                 "rollout": {"agentscope_workflow": plugin_string(workflow_func)},
+                                 "task_judge": {"judge_protocol": plugin_string(judge_func) if judge_func else None}}}
+    root_parent = Path.cwd() / "checkpoints" / project
+    root_parent.mkdir(parents=True, exist_ok=True)
+    base: dict[str, Any] = {}
+    if config_path is not None:
+        base = yaml.safe_load(Path(config_path).read_text(encoding="utf-8")) or {}
+    staged = root_parent / f".{name}.tune.yaml"
+    staged.write_text(yaml.safe_dump(deep_merge(base, overrides), sort_keys=False), encoding="utf-8")
+    try:
+        run = load_run_config(staged)
+    finally:
+        staged.unlink(missing_ok=True)
+    backbone_module = load_backbone(backbone)
+    run_dir = prepare_run_dir(root_parent, run.experiment_name, run.merged, resume, layout="tune")
+    judge = judge_func
+    if judge is None and run.astuner.task_judge.judge_protocol:
+        from astuner.config import resolve_plugins
+
+        judge = resolve_plugins(run).judge
+    backbone_module.run(RunContext(config=run, plugins=Plugins(workflow=workflow_func, judge=judge), run_dir=run_dir,
+                                   auxiliary_models=dict(auxiliary_models or {})))
+    return run_dir.root

@@ -1,0 +1,109 @@
+"""The function API: the contract's complete tune() example on CPU with a tiny model, preview, and the
+up-front checks of workflow and judge functions."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from agentscope.agent import ReActAgent
+from agentscope.formatter import OpenAIChatFormatter
+from agentscope.memory import InMemoryMemory
+from agentscope.message import Msg
+from agentscope.tool import Toolkit
+
+from astuner.errors import UserError
+from astuner.tools import execute_python_code
+from astuner.tuner import AlgorithmConfig, DatasetConfig, JudgeOutput, TunerModelConfig, WorkflowOutput, tune
+from tests.conftest import run_cli
+
+
+async def run_react_agent(task: dict, model, auxiliary_models=None) -> WorkflowOutput:
+    toolkit = Toolkit()
+    toolkit.register_tool_function(execute_python_code)
+    agent = ReActAgent(name="solver", sys_prompt="Solve it; put the answer in \\boxed{}.", model=model,
+                       formatter=OpenAIChatFormatter(), toolkit=toolkit, memory=InMemoryMemory(), max_iters=2)
+    agent.set_console_output_enabled(False)
+    msg = await agent.reply(Msg("user", task["question"], role="user"))
+    return WorkflowOutput(response=msg)
+
+
+async def judge_function(task: dict, response, auxiliary_models=None) -> JudgeOutput:
+    answer = task["answer"].split("####")[-1].strip()
+    text = response.get_text_content() or ""
+    return JudgeOutput(reward=1.0 if text.strip() == answer else 0.0)
+
+
+@pytest.fixture
+def dataset(tmp_path, gsm8k_dir):
+    folder = tmp_path / "my_dataset"
+    folder.mkdir()
+    for split in ("train", "test"):
+        lines = (gsm8k_dir / f"{split}.jsonl").read_text().splitlines()[:8]
+        (folder / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def test_preview_prints_and_returns_rows(dataset, capsys):
+    rows = DatasetConfig(path=str(dataset), split="train").preview(n=2)
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(rows) == 2 and [json.loads(line) for line in out] == rows and "question" in rows[0]
+
+
+def test_the_contract_tune_example_trains_two_steps(dataset, tiny_model_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    root = tune(workflow_func=run_react_agent, judge_func=judge_function,
+                model=TunerModelConfig(model_path=str(tiny_model_dir), max_model_len=4096, max_tokens=16),
+                train_dataset=DatasetConfig(path=str(dataset), split="train", total_steps=2),
+                eval_dataset=DatasetConfig(path=str(dataset), split="test"),
+                algorithm=AlgorithmConfig(algorithm_type="multi_step_grpo", group_size=2, batch_size=2,
+                                          learning_rate=1e-6, eval_interval_steps=2),
+                experiment_name="tiny")
+    assert root == tmp_path / "checkpoints" / "AgentScope" / "tiny"
+    assert (root / "global_step_2" / "COMPLETE").exists()
+    assert list((root / "monitor" / "tensorboard").glob("events.out.tfevents.*"))
+    rows = [json.loads(line) for line in (root / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2] and "val/reward_mean" in rows[1]
+    saved = yaml.safe_load((root / "config.yaml").read_text())["astuner"]
+    assert saved["rollout"]["agentscope_workflow"].endswith("->run_react_agent")
+    assert saved["trainer_common"]["algorithm"]["adv_estimator"] == "multi_step_grpo"
+    # the written config is an ordinary astuner config
+    code, _, err = run_cli(["--conf", str(root / "config.yaml"), "--dry-run"], capsys)
+    assert code == 0, err
+
+
+async def wrong_names(row, llm, auxiliary_models=None):
+    return WorkflowOutput()
+
+
+async def no_aux(task, model):
+    return WorkflowOutput()
+
+
+def not_async(task, model, auxiliary_models=None):
+    return WorkflowOutput()
+
+
+@pytest.mark.parametrize("fn,message", [
+    (not_async, "must be an async function"),
+    (wrong_names, "must take (task, model, auxiliary_models=None); it takes (row, llm, auxiliary_models)"),
+    (no_aux, "must accept auxiliary_models=None"),
+])
+def test_workflow_function_checked_up_front(fn, message, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError) as info:
+        tune(workflow_func=fn, train_dataset=DatasetConfig(path="x"), model=TunerModelConfig("m", 1024, max_tokens=64))
+    assert message in str(info.value)
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_judge_function_checked_up_front(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+    async def judge(task, answer, auxiliary_models=None):
+        return JudgeOutput(reward=0.0)
+
+    with pytest.raises(UserError, match=r"judge_func judge must take \(task, response"):
+        tune(workflow_func=run_react_agent, judge_func=judge, train_dataset=DatasetConfig(path="x"),
+             model=TunerModelConfig("m", 1024, max_tokens=64))
