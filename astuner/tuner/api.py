@@ -174,6 +174,12 @@ def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
         from astuner.config import resolve_plugins
 
         judge = resolve_plugins(run).judge
+    from astuner.tuner.auxiliary import build_auxiliary_models
+
+    try:
+        aux = build_auxiliary_models(auxiliary_models or {})
+    except TypeError as exc:
+        raise UserError(str(exc)) from None
     backbone_module.run(RunContext(config=run, plugins=Plugins(workflow=workflow_func, judge=judge), run_dir=run_dir,
-                                   auxiliary_models=dict(auxiliary_models or {})))
+                                   auxiliary_models=aux))
     return run_dir.root

@@ -107,3 +107,31 @@ def test_judge_function_checked_up_front(tmp_path, monkeypatch):
     with pytest.raises(UserError, match=r"judge_func judge must take \(task, response"):
         tune(workflow_func=run_react_agent, judge_func=judge, train_dataset=DatasetConfig(path="x"),
              model=TunerModelConfig("m", 1024, max_tokens=64))
+
+
+def test_auxiliary_model_from_a_local_model_is_served_and_not_trained(tiny_model_dir):
+    import asyncio
+
+    from astuner.tuner.auxiliary import build_auxiliary_models
+
+    models = build_auxiliary_models({"critic": TunerModelConfig(str(tiny_model_dir), 2048, max_tokens=4)})
+    critic = models["critic"]
+    reply = asyncio.run(critic([{"role": "user", "content": "Is 2+2=4?"}]))
+    assert reply.content and critic.recorder.calls == []  # answered, nothing recorded for training
+    with pytest.raises(TypeError, match="must be an AgentScope chat model or a TunerModelConfig"):
+        build_auxiliary_models({"bad": 42})
+
+
+async def uses_the_critic(task: dict, model, auxiliary_models=None) -> WorkflowOutput:
+    reply = await auxiliary_models["critic"]([{"role": "user", "content": task["question"]}])
+    return WorkflowOutput(reward=1.0 if reply.content else 0.0)
+
+
+def test_workflows_receive_auxiliary_models(dataset, tiny_model_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    root = tune(workflow_func=uses_the_critic, train_dataset=DatasetConfig(path=str(dataset), total_steps=1),
+                model=TunerModelConfig(model_path=str(tiny_model_dir), max_model_len=2048, max_tokens=8),
+                auxiliary_models={"critic": TunerModelConfig(str(tiny_model_dir), 2048, max_tokens=4)},
+                algorithm=AlgorithmConfig(group_size=2, batch_size=2), experiment_name="aux")
+    rows = [json.loads(line) for line in (root / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["reward/mean"] == 1.0 and rows[0]["rollout/error_rate"] == 0.0
