@@ -146,11 +146,11 @@ class DebugTrainer:
     def fit(self) -> None:
         from tqdm import tqdm
 
-        self._setup()
         tc = self.cfg.trainer_common
         previous = signal.getsignal(signal.SIGINT)
         signal.signal(signal.SIGINT, self._on_sigint)
         try:
+            self._setup()
             if tc.val_before_train and self.start_step == 0 and self.val_tasks:
                 self.writer.write(0, self.validate(0))
             bar = tqdm(total=self.total_steps, initial=self.start_step, desc="training", unit="step",
