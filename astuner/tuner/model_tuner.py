@@ -73,12 +73,14 @@ class ModelTuner(ChatModelBase):
         result = await self._generate(prompt_ids)
         reply_ids = result.token_ids[:-1] if result.finish_reason == "stop" and result.token_ids else result.token_ids
         reply_text = self.tokenizer.decode(reply_ids, skip_special_tokens=False)
+        decoded = reply_text if len(reply_ids) == len(result.token_ids) else \
+            self.tokenizer.decode(result.token_ids, skip_special_tokens=False)
         tool_names = {t["function"]["name"] for t in tool_list} if tool_list else set()
         parsed = parse_reply(reply_text, tool_names)
         self.recorder.add(CallRecord(
             target=self.target, messages=msgs, tools=tool_list, prompt_text=prompt_text, prompt_ids=prompt_ids,
             response_ids=list(result.token_ids), logprobs=list(result.logprobs), finish_reason=result.finish_reason,
-            response_text=reply_text, tool_call_errors=parsed.errors))
+            response_text=reply_text, tool_call_errors=parsed.errors, decoded_response=decoded))
         content: list[Any] = []
         if parsed.thinking:
             content.append(ThinkingBlock(type="thinking", thinking=parsed.thinking))
@@ -98,7 +100,7 @@ class ModelTuner(ChatModelBase):
         best: Optional[CallRecord] = None
         best_len = -1
         for call in self.recorder.calls:
-            done_text = call.prompt_text + self.tokenizer.decode(call.response_ids, skip_special_tokens=False)
+            done_text = call.prompt_text + call.decoded_response
             if len(done_text) > best_len and prompt_text.startswith(done_text):
                 best, best_len = call, len(done_text)
         if best is None:

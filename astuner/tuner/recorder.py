@@ -20,6 +20,7 @@ class CallRecord:
     finish_reason: str
     response_text: str
     tool_call_errors: list[str] = field(default_factory=list)
+    decoded_response: str = ""  # all response ids decoded, end-of-turn token included (continuation matching)
 
 
 @dataclass

@@ -174,10 +174,8 @@ def stop_token_ids_of(tokenizer: Any, model: Any = None) -> list[int]:
         ids.add(eos)
     elif isinstance(eos, (list, tuple)):
         ids.update(int(e) for e in eos)
-    for token in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>"):
-        tid = tokenizer.convert_tokens_to_ids(token) if token in tokenizer.get_vocab() else None
-        if tid is not None and token in ("<|im_end|>", "<|eot_id|>"):
-            ids.add(int(tid))
+    vocab = tokenizer.get_vocab()
+    ids.update(int(vocab[token]) for token in ("<|im_end|>", "<|eot_id|>") if token in vocab)  # end-of-turn tokens
     if not ids:
         raise ValueError("the tokenizer defines no end-of-sequence token; set eos_token in its tokenizer_config.json")
     return sorted(ids)
