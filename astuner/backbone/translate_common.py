@@ -27,3 +27,9 @@ def user_verl_keys(merged: dict[str, Any]) -> dict[str, Any]:
 
 def run_root(exp_dir: Path | str, experiment_name: str) -> Path:
     return (Path(exp_dir) / experiment_name).absolute()
+
+
+def plugin_roots(run: Any) -> list[str]:
+    """Where workers in other processes look up the run's plug-ins: the launch folder, then the config's
+    folder and its parents (the same order the CLI used)."""
+    return [str(Path.cwd().absolute())] + [str(r) for r in run.extra_roots]

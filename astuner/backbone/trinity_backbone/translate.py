@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from astuner.backbone.translate_common import deep_merge
+from astuner.backbone.translate_common import deep_merge, plugin_roots
 from astuner.config import RunConfig
 from astuner.task_reader import has_validation
 
@@ -33,7 +33,7 @@ def taskset(name: str, path: Path, split: str, run: RunConfig, mode: str) -> dic
         "default_workflow_type": WORKFLOW_TYPE,
         "rollout_args": {"temperature": temperature, "top_p": top_p, "max_tokens": ro.max_response_length_in_one_turn},
         "workflow_args": {"astuner_config": str(path.parent / "config.yaml"), "mode": mode,
-                          "astuner_roots": [str(Path.cwd().absolute())] + [str(r) for r in run.extra_roots]},
+                          "astuner_roots": plugin_roots(run)},
     }
     if mode == "train":
         sel = a.task_reader.task_selector

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from astuner.backbone.translate_common import deep_merge, user_verl_keys
+from astuner.backbone.translate_common import deep_merge, plugin_roots, user_verl_keys
 from astuner.config import RunConfig
 from astuner.task_reader import has_validation
 
@@ -105,10 +105,8 @@ def translate_to_verl(run: RunConfig, root: Path) -> dict[str, Any]:
 def agent_loop_registry(run: RunConfig, root: Path) -> list[dict[str, Any]]:
     """The file `agent_loop_config_path` points at: our workflow as a named verl agent loop (the extra keys
     reach the loop's constructor)."""
-    from pathlib import Path as _Path
-
     return [{"name": AGENT_NAME, "_target_": AGENT_LOOP_TARGET, "astuner_config": str(root / "config.yaml"),
-             "astuner_roots": [str(_Path.cwd().absolute())] + [str(r) for r in run.extra_roots]}]
+             "astuner_roots": plugin_roots(run)}]
 
 
 def verl_task_row(task: Any, index: int) -> dict[str, Any]:
