@@ -18,6 +18,48 @@ from astuner.task_reader import has_validation
 
 AGENT_NAME = "astuner_agent"
 AGENT_LOOP_TARGET = "astuner.backbone.verl_backbone.agent_loop.AstunerAgentLoop"
+CPU_PLATFORM_MODULE = "astuner.backbone.verl_backbone.cpu_platform"
+
+
+def gpu_present() -> bool:
+    """Whether this machine shows an accelerator (NVIDIA or AMD device files); no torch import."""
+    import glob
+
+    return bool(glob.glob("/dev/nvidia[0-9]*") or Path("/dev/kfd").exists())
+
+
+def cpu_mode(run: RunConfig) -> bool:
+    """verl runs on the CPU: `trainer_common.device: cpu`, or `auto` on a machine without a GPU."""
+    device = run.astuner.trainer_common.device
+    return device == "cpu" or (device == "auto" and not gpu_present())
+
+
+def worker_env(run: RunConfig, root: Path) -> dict[str, str]:
+    """Environment of every process verl starts on Ray (through `ray_kwargs.ray_init.runtime_env`)."""
+    env = {"TENSORBOARD_DIR": str(root / "tensorboard")}
+    if cpu_mode(run):
+        # verl registers its FSDP engine for "cuda"/"npu" devices only; the engine is device-generic
+        # (tensors go to get_device_name()), so it is picked by verl's own override
+        env.update({"VERL_USE_EXTERNAL_MODULES": CPU_PLATFORM_MODULE, "VERL_PLATFORM": "astuner_cpu",
+                    "VERL_ENGINE_DEVICE": "cuda", "VLLM_TARGET_DEVICE": "cpu"})
+    return env
+
+
+def cpu_overrides() -> dict[str, Any]:
+    """What the CPU mode changes in verl's config: fp32 everywhere, PyTorch's own attention, vLLM without
+    CUDA graphs or sleep mode."""
+    # FSDP2 (verl's FSDP1 path asks torch for an accelerator device), fp32, no torch.compile
+    fsdp = {"strategy": "fsdp2", "use_torch_compile": False,
+            "mixed_precision": {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}}
+    return {
+        "actor_rollout_ref": {
+            "model": {"override_config": {"attn_implementation": "sdpa"}, "use_remove_padding": False},
+            "actor": {"strategy": "fsdp2", "use_torch_compile": False, "fsdp_config": fsdp},
+            "ref": {"use_torch_compile": False, "fsdp_config": fsdp},
+            "rollout": {"dtype": "float32", "enforce_eager": True, "free_cache_engine": False,
+                        "enable_sleep_mode": False},
+        },
+    }
 
 
 def translate_to_verl(run: RunConfig, root: Path) -> dict[str, Any]:
@@ -99,6 +141,9 @@ def translate_to_verl(run: RunConfig, root: Path) -> dict[str, Any]:
             "use_v1": False,
         },
     }
+    translated["ray_kwargs"] = {"ray_init": {"runtime_env": {"env_vars": worker_env(run, root)}}}
+    if cpu_mode(run):
+        translated = deep_merge(translated, cpu_overrides())
     return deep_merge(translated, user_verl_keys(run.merged))
 
 
