@@ -10,7 +10,6 @@ transformers < 5.11).
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +96,29 @@ def compose_verl_config(translated: dict[str, Any]) -> Any:
                           f"keys in your YAML") from None
 
 
+def check_batching(run: Any, n_train: int) -> None:
+    """What verl 0.9 asserts in the middle of a run (it pads nothing), said before launch."""
+    a = run.astuner
+    tc, batch, n = a.trainer_common, a.data.train_batch_size, a.rollout.num_repeat
+    gpus = tc.nnodes * tc.n_gpus_per_node
+    problems = []
+    if n_train < batch:
+        problems.append(f"there are {n_train} training tasks, fewer than astuner.data.train_batch_size ({batch})")
+    if batch % tc.mini_batch_num:
+        problems.append(f"astuner.data.train_batch_size ({batch}) must be a multiple of "
+                        f"astuner.trainer_common.mini_batch_num ({tc.mini_batch_num})")
+    elif (batch // tc.mini_batch_num) * n % gpus:
+        problems.append(f"each mini-batch's episodes (train_batch_size / mini_batch_num × num_repeat = "
+                        f"{batch // tc.mini_batch_num * n}) must divide evenly over the {gpus} GPUs "
+                        f"(trainer_common.nnodes × n_gpus_per_node)")
+    longest = a.data.max_prompt_length + a.data.max_response_length
+    if tc.max_token_len_per_micro_batch < longest:
+        problems.append(f"astuner.trainer_common.max_token_len_per_micro_batch ({tc.max_token_len_per_micro_batch}) "
+                        f"must hold one whole sequence (data.max_prompt_length + max_response_length = {longest})")
+    if problems:
+        raise ConfigError("backbone verl: " + "; ".join(problems))
+
+
 def prepare(ctx: Any) -> Path:
     from omegaconf import OmegaConf
 
@@ -105,21 +127,23 @@ def prepare(ctx: Any) -> Path:
             a.data_processor.experience_pipeline.operators:
         raise ConfigError("backbone verl serves tasks with its own sampler: task selectors other than sequential / "
                           "shuffle and experience operators are not supported there; use --backbone debug or trinity")
-    from astuner.backbone import translated_config
     from astuner.backbone.runtime import write_rows
-    from astuner.backbone.verl_backbone.translate import agent_loop_registry, verl_task_row
+    from astuner.backbone.verl_backbone.translate import agent_loop_registry, translate_to_verl, verl_task_row
+    from astuner.model_path import resolve_model_path
     from astuner.task_reader import build_task_reader
 
     root = ctx.run_dir.root.absolute()
-    reader = build_task_reader(ctx.config.astuner, ctx.config.extra_roots)
-    n_train = write_rows((verl_task_row(t, i) for i, t in enumerate(reader.train_tasks())),
-                         root / "verl_data" / "train.jsonl")
+    reader = build_task_reader(a, ctx.config.extra_roots)
+    train_tasks = reader.train_tasks()
+    check_batching(ctx.config, len(train_tasks))
+    model_path = resolve_model_path(a, ctx.config.extra_roots)
+    n_train = write_rows((verl_task_row(t, i) for i, t in enumerate(train_tasks)), root / "verl_data" / "train.jsonl")
     n_val = write_rows((verl_task_row(t, i) for i, t in enumerate(reader.val_tasks())), root / "verl_data" / "test.jsonl")
     (root / "verl_agent_loops.yaml").write_text(yaml.safe_dump(agent_loop_registry(ctx.config, root), sort_keys=False))
-    config = compose_verl_config(translated_config("verl", ctx.config, root))
+    config = compose_verl_config(translate_to_verl(ctx.config, root, model_path=model_path, validation=n_val > 0))
     path = root / CONFIG_FILE
     path.write_text(OmegaConf.to_yaml(config), encoding="utf-8")
-    logger.info(f"verl: {n_train} training / {n_val} validation tasks, config {path}")
+    logger.info(f"verl: {n_train} training / {n_val} validation tasks, model {model_path}, config {path}")
     return path
 
 
@@ -132,7 +156,6 @@ def run(ctx: Any) -> None:
     from astuner.backbone.ray_cluster import ensure_ray
 
     path = prepare(ctx)
-    os.environ.setdefault("TENSORBOARD_DIR", str(ctx.run_dir.tensorboard.absolute()))
     cluster = ensure_ray(ctx.with_ray)
     try:
         from omegaconf import OmegaConf

@@ -18,43 +18,12 @@ from typing import Any, Optional
 from loguru import logger
 
 from astuner.algorithm.advantages import assign_advantages, zero_variance_groups
-from astuner.config.paths import find_user_path
 from astuner.errors import ConfigError, DataError
+from astuner.model_path import resolve_model_path
 from astuner.records.metrics import MetricsWriter, plot_reward_curve, write_trajectories
 from astuner.rollout.manager import RolloutBatch, RolloutManager, build_judge
 from astuner.trainer.checkpoint import (latest_checkpoint, load_trainer_state, restore_rng, rng_state,
                                         save_checkpoint)
-
-
-def resolve_model_path(cfg: Any, extra_roots: list[Path]) -> str:
-    """model.path as a local folder when it is one (creating the tiny model there if `model.tiny` asks
-    for it), else the hub id as given."""
-    raw = cfg.model.path
-    found = find_user_path(raw, extra_roots)
-    if found is not None:
-        return str(found)
-    if cfg.model.tiny is not None:
-        from astuner.tiny_model import build_tiny_model
-
-        target = Path(raw) if Path(raw).is_absolute() else Path.cwd() / raw
-        t = cfg.model.tiny
-        logger.info(f"creating the tiny model {target} (seed {t.seed}, tokenizer {t.tokenizer})")
-        corpus = _tiny_corpus(cfg, extra_roots)
-        build_tiny_model(target, seed=t.seed, hidden_size=t.hidden_size, layers=t.layers, heads=t.heads,
-                         kv_heads=max(1, t.heads // 2), tokenizer=t.tokenizer, corpus=corpus)
-        return str(target)
-    return raw
-
-
-def _tiny_corpus(cfg: Any, extra_roots: list[Path]) -> list[str]:
-    """The tokenizer of a tiny model is trained on the run's tasks, so it covers their words."""
-    from astuner.task_reader import build_task_reader
-    from astuner.tiny_model import DEFAULT_CORPUS
-
-    reader = build_task_reader(cfg, extra_roots)
-    tasks = reader.train_tasks() + reader.val_tasks()
-    texts = [t.main_query for t in tasks] + [str(v) for t in tasks for v in t.metadata.values()]
-    return DEFAULT_CORPUS + texts
 
 
 class DebugTrainer:

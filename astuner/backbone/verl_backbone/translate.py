@@ -10,7 +10,7 @@ which is the same whenever an episode yields one sample (the usual case: its cal
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from astuner.backbone.translate_common import deep_merge, plugin_roots, user_verl_keys
 from astuner.config import RunConfig
@@ -52,6 +52,7 @@ def cpu_overrides() -> dict[str, Any]:
     fsdp = {"strategy": "fsdp2", "use_torch_compile": False,
             "mixed_precision": {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}}
     return {
+        "data": {"dataloader_num_workers": 0},  # the training process reads the rows itself
         "actor_rollout_ref": {
             "model": {"override_config": {"attn_implementation": "sdpa"}, "use_remove_padding": False},
             "actor": {"strategy": "fsdp2", "use_torch_compile": False, "fsdp_config": fsdp},
@@ -62,15 +63,26 @@ def cpu_overrides() -> dict[str, Any]:
     }
 
 
-def translate_to_verl(run: RunConfig, root: Path) -> dict[str, Any]:
+def agent_workers(episodes_per_step: int, most: int) -> int:
+    """verl splits each step's episodes evenly over its agent-loop workers (no padding): the largest
+    worker count up to `most` that divides them."""
+    return max(k for k in range(1, max(1, most) + 1) if episodes_per_step % k == 0)
+
+
+def translate_to_verl(run: RunConfig, root: Path, model_path: Optional[str] = None,
+                      validation: Optional[bool] = None) -> dict[str, Any]:
+    """`model_path`: the resolved model folder (default: `model.path` as written); `validation`: whether
+    a non-empty validation set was written (default: whether the config names one). Without one, verl
+    still needs a file to read (the training tasks) and validation is switched off."""
     a = run.astuner
     ro, tc, al, o = a.rollout, a.trainer_common, a.trainer_common.algorithm, a.trainer_common.optim
     token_budget = tc.max_token_len_per_micro_batch
     mini_batch = max(1, a.data.train_batch_size // tc.mini_batch_num)
+    validation = has_validation(a) if validation is None else validation
     translated: dict[str, Any] = {
         "data": {
             "train_files": str(root / "verl_data" / "train.jsonl"),
-            "val_files": str(root / "verl_data" / "test.jsonl") if has_validation(a) else None,
+            "val_files": str(root / "verl_data" / ("test.jsonl" if validation else "train.jsonl")),
             "train_batch_size": a.data.train_batch_size,
             "max_prompt_length": a.data.max_prompt_length,
             "max_response_length": a.data.max_response_length,
@@ -79,15 +91,15 @@ def translate_to_verl(run: RunConfig, root: Path) -> dict[str, Any]:
             "seed": a.task_reader.task_selector.seed,
         },
         "actor_rollout_ref": {
-            "model": {"path": a.model.path},
+            "model": {"path": model_path or a.model.path},
             "actor": {
                 "ppo_mini_batch_size": mini_batch,
                 "ppo_epochs": tc.ppo_epochs,
                 "use_dynamic_bsz": True,
                 "ppo_max_token_len_per_gpu": token_budget,
+                # verl's FSDP engine clips with optim.clip_grad (actor.grad_clip is accepted and never read)
                 "optim": {"lr": o.lr, "weight_decay": o.weight_decay, "lr_warmup_steps": o.warmup_steps or -1,
-                          "betas": list(o.betas)},
-                "grad_clip": o.grad_clip if o.grad_clip is not None else 1.0e9,
+                          "betas": list(o.betas), "clip_grad": o.grad_clip if o.grad_clip is not None else 1.0e9},
                 "use_kl_loss": al.use_kl_loss,
                 "kl_loss_coef": al.kl_loss_coef,
                 "kl_loss_type": al.kl_loss_type,
@@ -115,7 +127,7 @@ def translate_to_verl(run: RunConfig, root: Path) -> dict[str, Any]:
                 "val_kwargs": {"temperature": ro.val_kwargs.temperature, "top_p": ro.val_kwargs.top_p,
                                "n": ro.val_kwargs.num_repeat, "do_sample": ro.val_kwargs.temperature > 0},
                 "agent": {
-                    "num_workers": max(1, min(ro.max_env_worker, 8)),
+                    "num_workers": agent_workers(a.data.train_batch_size * ro.num_repeat, min(ro.max_env_worker, 8)),
                     "default_agent_loop": AGENT_NAME,
                     "agent_loop_config_path": str(root / "verl_agent_loops.yaml"),
                 },
@@ -129,8 +141,8 @@ def translate_to_verl(run: RunConfig, root: Path) -> dict[str, Any]:
             "total_epochs": tc.total_epochs,
             "total_training_steps": tc.total_training_steps,
             "save_freq": tc.save_freq,
-            "test_freq": tc.test_freq,
-            "val_before_train": tc.val_before_train,
+            "test_freq": tc.test_freq if validation else -1,
+            "val_before_train": tc.val_before_train and validation,
             "logger": ["console", "tensorboard"],
             "default_local_dir": str(root / "checkpoints"),
             "nnodes": tc.nnodes,
