@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import yaml
 from loguru import logger
@@ -119,7 +119,53 @@ def check_batching(run: Any, n_train: int) -> None:
         raise ConfigError("backbone verl: " + "; ".join(problems))
 
 
-def prepare(ctx: Any) -> Path:
+BYTES_PER_TRAINED_PARAM = 16  # fp32 weights and gradients, AdamW's two moments
+
+
+def model_parameters(model_path: str) -> Optional[int]:
+    """Parameter count of a local model folder, from its safetensors (index or files); None for a hub id."""
+    import json
+
+    folder = Path(model_path)
+    if not folder.is_dir():
+        return None
+    config = json.loads((folder / "config.json").read_text()) if (folder / "config.json").exists() else {}
+    dtype = str(config.get("torch_dtype") or config.get("dtype") or "float32")
+    width = 4 if "32" in dtype else 2
+    index = folder / "model.safetensors.index.json"
+    if index.exists():
+        total = json.loads(index.read_text()).get("metadata", {}).get("total_size")
+        if total:
+            return int(total) // width
+    files = list(folder.glob("*.safetensors"))
+    return sum(f.stat().st_size for f in files) // width if files else None
+
+
+def check_memory(run: Any, model_path: str, gpu_bytes: Optional[int], verl_keys: dict) -> None:
+    """Full fine-tuning under FSDP holds ~16 bytes per parameter spread over the GPUs: say before launch
+    when that cannot fit (the user contract's 14B model on one GPU, say) and what to change."""
+    fsdp = verl_keys.get("actor_rollout_ref", {}).get("actor", {}).get("fsdp_config", {})
+    params = model_parameters(model_path)
+    if gpu_bytes is None or params is None or (fsdp.get("param_offload") and fsdp.get("optimizer_offload")):
+        return
+    tc = run.astuner.trainer_common
+    gpus = tc.nnodes * tc.n_gpus_per_node
+    need = BYTES_PER_TRAINED_PARAM * params / gpus
+    if need > 0.9 * gpu_bytes:
+        raise ConfigError(f"backbone verl: {params / 1e9:.1f}B parameters need about {need / 2**30:.0f} GiB per GPU to "
+                          f"train (fp32 weights, gradients and AdamW moments over {gpus} GPU(s)), a GPU has "
+                          f"{gpu_bytes / 2**30:.0f} GiB; set actor_rollout_ref.actor.fsdp_config.param_offload: true "
+                          f"and optimizer_offload: true, use more GPUs (astuner.trainer_common.n_gpus_per_node / "
+                          f"nnodes) or a smaller model")
+
+
+def gpu_memory() -> Optional[int]:
+    import torch
+
+    return torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else None
+
+
+def prepare(ctx: Any, gpu_bytes: Optional[int] = None) -> Path:
     from omegaconf import OmegaConf
 
     a = ctx.config.astuner
@@ -128,6 +174,7 @@ def prepare(ctx: Any) -> Path:
         raise ConfigError("backbone verl serves tasks with its own sampler: task selectors other than sequential / "
                           "shuffle and experience operators are not supported there; use --backbone debug or trinity")
     from astuner.backbone.runtime import write_rows
+    from astuner.backbone.translate_common import user_verl_keys
     from astuner.backbone.verl_backbone.translate import agent_loop_registry, translate_to_verl, verl_task_row
     from astuner.model_path import resolve_model_path
     from astuner.task_reader import build_task_reader
@@ -137,6 +184,7 @@ def prepare(ctx: Any) -> Path:
     train_tasks = reader.train_tasks()
     check_batching(ctx.config, len(train_tasks))
     model_path = resolve_model_path(a, ctx.config.extra_roots)
+    check_memory(ctx.config, model_path, gpu_bytes, user_verl_keys(ctx.config.merged))
     n_train = write_rows((verl_task_row(t, i) for i, t in enumerate(train_tasks)), root / "verl_data" / "train.jsonl")
     n_val = write_rows((verl_task_row(t, i) for i, t in enumerate(reader.val_tasks())), root / "verl_data" / "test.jsonl")
     (root / "verl_agent_loops.yaml").write_text(yaml.safe_dump(agent_loop_registry(ctx.config, root), sort_keys=False))
@@ -155,8 +203,12 @@ def run(ctx: Any) -> None:
     check_available()
     from astuner.backbone.ray_cluster import ensure_ray
 
-    path = prepare(ctx)
-    cluster = ensure_ray(ctx.with_ray)
+    from astuner.backbone.verl_backbone.translate import cpu_mode
+
+    cpu = cpu_mode(ctx.config)
+    path = prepare(ctx, None if cpu else gpu_memory())
+    tc = ctx.config.astuner.trainer_common
+    cluster = ensure_ray(ctx.with_ray, logical_gpus=tc.nnodes * tc.n_gpus_per_node if cpu else None)
     try:
         from omegaconf import OmegaConf
         from verl.trainer.main_ppo import TaskRunnerV1, run_ppo

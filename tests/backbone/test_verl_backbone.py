@@ -105,3 +105,178 @@ def test_dry_run_prints_the_config_composed_with_verls_own(capsys, monkeypatch):
     assert "ppo_micro_batch_size_per_gpu" in cfg["actor_rollout_ref"]["actor"]  # verl's own default keys
     code, _, err = run_cli(["--conf", str(SEED), "--backbone", "verl", "--dry-run", "+trainer.bogus_key=1"], capsys)
     assert code == 2 and "bogus_key" in err
+
+
+# -- defects of the first real runs, each reproduced through verl's own code ---------------------------
+
+def test_open_sections_and_dataclass_fields_accept_user_keys_closed_ones_do_not():
+    from omegaconf import OmegaConf
+
+    from astuner.backbone.verl import compose_verl_config
+    from astuner.errors import ConfigError
+
+    cfg = compose_verl_config({"actor_rollout_ref": {
+        "model": {"override_config": {"attn_implementation": "sdpa"}},
+        "rollout": {"engine_kwargs": {"vllm": {"attention_backend": "TORCH_SDPA"}}},
+        "actor": {"fsdp_config": {"mixed_precision": {"param_dtype": "fp32"}}}},
+        "ray_kwargs": {"ray_init": {"runtime_env": {"env_vars": {"A": "1"}}}}})
+    assert cfg.actor_rollout_ref.model.override_config.attn_implementation == "sdpa"
+    assert cfg.ray_kwargs.ray_init.runtime_env.env_vars.A == "1"
+    # verl builds the section into its dataclass and reads the field (transformer_impl reads mixed_precision)
+    from verl.utils.config import omega_conf_to_dataclass
+
+    engine = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor.fsdp_config)
+    assert engine.mixed_precision["param_dtype"] == "fp32"
+    with pytest.raises(ConfigError, match="fsdp_config.no_such_knob"):
+        compose_verl_config({"actor_rollout_ref": {"actor": {"fsdp_config": {"no_such_knob": 1}}}})
+    assert OmegaConf.is_config(cfg)
+
+
+def test_grad_clip_reaches_the_key_verls_engine_reads(prepared):
+    from omegaconf import OmegaConf
+    from verl.utils.config import omega_conf_to_dataclass
+
+    run, root, path = prepared
+    optim = omega_conf_to_dataclass(OmegaConf.load(path).actor_rollout_ref.actor.optim)
+    assert optim.clip_grad == run.astuner.trainer_common.optim.grad_clip
+
+
+def test_tensorboard_and_cpu_platform_reach_every_ray_process(prepared):
+    from omegaconf import OmegaConf
+
+    from astuner.backbone.verl_backbone.translate import cpu_mode
+
+    run, root, path = prepared
+    env = OmegaConf.load(path).ray_kwargs.ray_init.runtime_env.env_vars
+    assert env.TENSORBOARD_DIR == str(root / "tensorboard")
+    if cpu_mode(run):
+        assert env.VERL_PLATFORM == "astuner_cpu" and env.VERL_USE_EXTERNAL_MODULES.endswith("cpu_platform")
+
+
+def test_cpu_mode_only_where_asked(tmp_path):
+    from astuner.backbone.verl_backbone.translate import translate_to_verl
+    from astuner.config import load_run_config
+
+    seed = REPO_ROOT / "tutorial" / "example_math_agent" / "math_agent.yaml"
+    gpu = translate_to_verl(load_run_config(seed, ["astuner.trainer_common.device=cuda"]), tmp_path)
+    cpu = translate_to_verl(load_run_config(seed, ["astuner.trainer_common.device=cpu"]), tmp_path)
+    assert "VERL_PLATFORM" not in gpu["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]
+    assert "override_config" not in gpu["actor_rollout_ref"]["model"]
+    assert cpu["actor_rollout_ref"]["model"]["override_config"]["attn_implementation"] == "sdpa"
+    assert cpu["actor_rollout_ref"]["actor"]["fsdp_config"]["strategy"] == "fsdp2"
+
+
+def test_without_validation_verl_reads_the_training_file_and_validation_is_off(tmp_path, tiny_model_dir, gsm8k_dir,
+                                                                               monkeypatch, tokenizer):
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.utils import create_rl_dataset
+
+    from astuner.backbone.verl import prepare
+
+    monkeypatch.chdir(REPO_ROOT)
+    run, root, path = prepare_seed_run(prepare, tmp_path, tiny_model_dir, gsm8k_dir,
+                                       ("astuner.task_reader.huggingface_dat_repo.validation_split=null",))
+    cfg = OmegaConf.load(path)
+    assert cfg.data.val_files == cfg.data.train_files and cfg.trainer.test_freq == -1
+    assert not cfg.trainer.val_before_train
+    dataset = create_rl_dataset(cfg.data.val_files, cfg.data, tokenizer, None, is_train=False)  # verl's own builder
+    assert len(dataset) > 0
+
+
+def test_relative_and_tiny_model_paths_are_resolved_as_in_debug(tmp_path, gsm8k_dir, monkeypatch):
+    from omegaconf import OmegaConf
+
+    from astuner.backbone.verl import prepare
+
+    monkeypatch.chdir(tmp_path)
+    run, root, path = prepare_seed_run(prepare, tmp_path, "models/tiny", gsm8k_dir,
+                                       ("astuner.model.tiny={seed: 0, hidden_size: 64, layers: 1, heads: 2}",))
+    model_path = OmegaConf.load(path).actor_rollout_ref.model.path
+    assert model_path == str(tmp_path / "models" / "tiny") and (tmp_path / "models" / "tiny" / "config.json").exists()
+
+
+def test_batching_that_verl_would_assert_on_is_refused_before_launch():
+    from astuner.backbone.verl import check_batching
+    from astuner.backbone.verl_backbone.translate import agent_workers
+    from astuner.config import load_run_config
+    from astuner.errors import ConfigError
+
+    seed = REPO_ROOT / "tutorial" / "example_math_agent" / "math_agent.yaml"
+    run = load_run_config(seed, ["astuner.data.train_batch_size=10", "astuner.trainer_common.mini_batch_num=3"])
+    with pytest.raises(ConfigError, match="multiple of astuner.trainer_common.mini_batch_num"):
+        check_batching(run, 100)
+    with pytest.raises(ConfigError, match="fewer than"):
+        check_batching(load_run_config(seed), 5)
+    assert agent_workers(12, 8) == 6 and agent_workers(7, 8) == 7 and agent_workers(13, 8) == 1
+    assert 264 * 4 % agent_workers(264 * 4, 8) == 0
+
+
+def test_a_model_too_big_for_the_gpus_is_refused_before_launch(tmp_path):
+    import json
+
+    from astuner.backbone.verl import check_memory
+    from astuner.config import load_run_config
+    from astuner.errors import ConfigError
+
+    seed = REPO_ROOT / "tutorial" / "example_math_agent" / "math_agent.yaml"
+    run = load_run_config(seed)
+    (tmp_path / "config.json").write_text(json.dumps({"torch_dtype": "bfloat16"}))
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 2 * 14_700_000_000}}))
+    with pytest.raises(ConfigError, match="param_offload"):
+        check_memory(run, str(tmp_path), 80 * 2**30, {})
+    offload = {"actor_rollout_ref": {"actor": {"fsdp_config": {"param_offload": True, "optimizer_offload": True}}}}
+    check_memory(run, str(tmp_path), 80 * 2**30, offload)
+    check_memory(load_run_config(seed, ["astuner.trainer_common.n_gpus_per_node=8"]), str(tmp_path), 80 * 2**30, {})
+
+
+def _episode(samples, **kw):
+    from astuner.rollout.manager import EpisodeResult
+    from astuner.schema import Task
+
+    return EpisodeResult(task=Task(task_id="t", main_query="q"), repeat_index=0, episode_uuid="u", samples=samples, **kw)
+
+
+def _sample(prompt, response, mask, reward=1.0):
+    from astuner.schema.sample import Sample
+
+    return Sample(task_id="t", episode_uuid="u", repeat_index=0, input_ids=prompt + response, prompt_length=len(prompt),
+                  loss_mask=mask, logprobs=[-0.5 if m else 0.0 for m in mask], reward=reward, num_calls=sum(mask))
+
+
+def test_one_output_per_episode_with_the_same_extra_keys_and_capped_lengths():
+    from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
+
+    from astuner.backbone.verl_backbone.agent_loop import EXTRA_KEYS, episode_to_output
+
+    two = _episode([_sample([1, 2], [3, 4, 5], [1, 0, 1]), _sample([1, 2, 3], [6], [1])], is_success=True)
+    out = episode_to_output(two, prompt_length=8, response_length=8, fallback_prompt=[9], fallback_token=0)
+    assert isinstance(out, AgentLoopOutput) and out.response_ids == [3, 4, 5]  # the most trained tokens
+    info = out.extra_fields["reward_extra_info"]
+    assert tuple(info) == EXTRA_KEYS and info["dropped_samples"] == 1.0 and info["num_samples"] == 2.0
+    none = episode_to_output(_episode([], failed=True), prompt_length=4, response_length=8,
+                             fallback_prompt=list(range(10)), fallback_token=0)
+    assert tuple(none.extra_fields["reward_extra_info"]) == EXTRA_KEYS
+    assert none.prompt_ids == [6, 7, 8, 9] and none.response_mask == [0]
+    long = episode_to_output(_episode([_sample(list(range(6)), [7, 8, 9], [1, 1, 1])]), prompt_length=4,
+                             response_length=2, fallback_prompt=[9], fallback_token=0)
+    assert long.prompt_ids == [2, 3, 4, 5] and long.response_ids == [7, 8] and long.response_mask == [0, 0]
+    assert long.extra_fields["reward_extra_info"]["truncated"] == 1.0
+
+
+def test_a_reply_that_fills_max_tokens_without_a_stop_token_is_cut():
+    from astuner.backbone.verl_backbone.agent_loop import VerlServerEngine
+    from astuner.rollout.engines.base import SamplingParams
+
+    class Server:
+        def __init__(self, ids, reason="completed"):
+            self.ids, self.reason = ids, reason
+
+        async def generate(self, request_id, *, prompt_ids, sampling_params):
+            return SimpleNamespace(token_ids=self.ids, log_probs=[-1.0] * len(self.ids), stop_reason=self.reason)
+
+    sampling = SamplingParams(1.0, 1.0, 3)
+    assert asyncio.run(VerlServerEngine(Server([5, 6, 7]), [2]).generate([1], sampling)).finish_reason == "length"
+    assert asyncio.run(VerlServerEngine(Server([5, 6, 2]), [2]).generate([1], sampling)).finish_reason == "stop"
+    assert asyncio.run(VerlServerEngine(Server([5, 2]), [2]).generate([1], sampling)).finish_reason == "stop"
+    with pytest.raises(RuntimeError, match="aborted"):
+        asyncio.run(VerlServerEngine(Server([], "aborted"), [2]).generate([1], sampling))

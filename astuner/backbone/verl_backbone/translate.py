@@ -145,6 +145,8 @@ def translate_to_verl(run: RunConfig, root: Path, model_path: Optional[str] = No
             "val_before_train": tc.val_before_train and validation,
             "logger": ["console", "tensorboard"],
             "default_local_dir": str(root / "checkpoints"),
+            # verl writes each step's episodes (text, score, our reward_extra_info) as <step>.jsonl here
+            "rollout_data_dir": str(root / "trajectories"),
             "nnodes": tc.nnodes,
             "n_gpus_per_node": tc.n_gpus_per_node,
             "max_actor_ckpt_to_keep": tc.max_checkpoints_to_keep,
