@@ -123,12 +123,21 @@ BYTES_PER_TRAINED_PARAM = 16  # fp32 weights and gradients, AdamW's two moments
 
 
 def model_parameters(model_path: str) -> Optional[int]:
-    """Parameter count of a local model folder, from its safetensors (index or files); None for a hub id."""
+    """Parameter count of a local model folder or a hub id in the local cache, from its safetensors (index or
+    files); None when it cannot be told without a download."""
     import json
 
     folder = Path(model_path)
     if not folder.is_dir():
-        return None
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(model_path, "config.json")
+        except Exception:  # noqa: BLE001 - not a valid repo id either: nothing to tell
+            cached = None
+        if not isinstance(cached, str):
+            return None
+        folder = Path(cached).parent
     config = json.loads((folder / "config.json").read_text()) if (folder / "config.json").exists() else {}
     dtype = str(config.get("torch_dtype") or config.get("dtype") or "float32")
     width = 4 if "32" in dtype else 2

@@ -127,7 +127,9 @@ def translate_to_verl(run: RunConfig, root: Path, model_path: Optional[str] = No
                 "val_kwargs": {"temperature": ro.val_kwargs.temperature, "top_p": ro.val_kwargs.top_p,
                                "n": ro.val_kwargs.num_repeat, "do_sample": ro.val_kwargs.temperature > 0},
                 "agent": {
-                    "num_workers": agent_workers(a.data.train_batch_size * ro.num_repeat, min(ro.max_env_worker, 8)),
+                    # each worker is a process running many episodes at once; on the CPU two are enough
+                    "num_workers": agent_workers(a.data.train_batch_size * ro.num_repeat,
+                                                 min(ro.max_env_worker, 2 if cpu_mode(run) else 8)),
                     "default_agent_loop": AGENT_NAME,
                     "agent_loop_config_path": str(root / "verl_agent_loops.yaml"),
                 },
