@@ -14,7 +14,7 @@ from astuner.config.paths import find_user_path
 
 def resolve_model_path(cfg: Any, extra_roots: list[Path]) -> str:
     """model.path as a local folder when it is one (creating the tiny model there if `model.tiny` asks
-    for it), else the hub id as given."""
+    for it), else the hub id as given; a folder path that does not exist is a `DataError`."""
     raw = cfg.model.path
     found = find_user_path(raw, extra_roots)
     if found is not None:
@@ -29,7 +29,20 @@ def resolve_model_path(cfg: Any, extra_roots: list[Path]) -> str:
         build_tiny_model(target, seed=t.seed, hidden_size=t.hidden_size, layers=t.layers, heads=t.heads,
                          kv_heads=max(1, t.heads // 2), tokenizer=t.tokenizer, corpus=corpus)
         return str(target)
+    if not looks_like_hub_id(raw):
+        from astuner.config.paths import tried_paths
+        from astuner.errors import DataError
+
+        raise DataError(f"astuner.model.path: no model folder {raw!r} (looked at {tried_paths(raw, extra_roots)}); "
+                        f"create it first, or give a hub id (organisation/name)")
     return raw
+
+
+def looks_like_hub_id(raw: str) -> bool:
+    """`organisation/name` or `name`, as the hub spells repository ids; anything else is meant as a folder."""
+    import re
+
+    return re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?", raw) is not None and ".." not in raw
 
 
 def _tiny_corpus(cfg: Any, extra_roots: list[Path]) -> list[str]:

@@ -74,7 +74,7 @@ def dry_run_config(name: str, config: "RunConfig", root: Any) -> dict[str, Any]:
     if name == "verl" and importlib.util.find_spec("verl") is not None:
         from omegaconf import OmegaConf
 
-        from astuner.backbone.verl import compose_verl_config
+        from astuner.backbone.verl_backbone.compose import compose_verl_config
 
         return OmegaConf.to_container(compose_verl_config(translated), resolve=False)
     if name == "trinity" and importlib.util.find_spec("trinity") is not None:

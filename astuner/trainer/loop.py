@@ -12,7 +12,6 @@ import random
 import signal
 import statistics
 import time
-from pathlib import Path
 from typing import Any, Optional
 
 from loguru import logger

@@ -44,7 +44,7 @@ def test_verl_accepts_every_translated_key(prepared):
 
 
 def test_unknown_top_level_verl_key_is_a_config_error(prepared, tmp_path):
-    from astuner.backbone.verl import compose_verl_config
+    from astuner.backbone.verl_backbone.compose import compose_verl_config
     from astuner.errors import ConfigError
 
     with pytest.raises(ConfigError, match="no key"):
@@ -112,7 +112,7 @@ def test_dry_run_prints_the_config_composed_with_verls_own(capsys, monkeypatch):
 def test_open_sections_and_dataclass_fields_accept_user_keys_closed_ones_do_not():
     from omegaconf import OmegaConf
 
-    from astuner.backbone.verl import compose_verl_config
+    from astuner.backbone.verl_backbone.compose import compose_verl_config
     from astuner.errors import ConfigError
 
     cfg = compose_verl_config({"actor_rollout_ref": {
@@ -196,7 +196,7 @@ def test_relative_and_tiny_model_paths_are_resolved_as_in_debug(tmp_path, gsm8k_
 
 
 def test_batching_that_verl_would_assert_on_is_refused_before_launch():
-    from astuner.backbone.verl import check_batching
+    from astuner.backbone.verl_backbone.checks import check_batching
     from astuner.backbone.verl_backbone.translate import agent_workers
     from astuner.config import load_run_config
     from astuner.errors import ConfigError
@@ -214,7 +214,7 @@ def test_batching_that_verl_would_assert_on_is_refused_before_launch():
 def test_a_model_too_big_for_the_gpus_is_refused_before_launch(tmp_path):
     import json
 
-    from astuner.backbone.verl import check_memory
+    from astuner.backbone.verl_backbone.checks import check_memory
     from astuner.config import load_run_config
     from astuner.errors import ConfigError
 

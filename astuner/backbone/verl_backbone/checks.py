@@ -1,0 +1,86 @@
+"""What verl 0.9 would assert on (or run out of memory on) mid-run, said before launch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from astuner.errors import ConfigError
+
+
+def check_batching(run: Any, n_train: int) -> None:
+    """What verl 0.9 asserts in the middle of a run (it pads nothing), said before launch."""
+    a = run.astuner
+    tc, batch, n = a.trainer_common, a.data.train_batch_size, a.rollout.num_repeat
+    gpus = tc.nnodes * tc.n_gpus_per_node
+    problems = []
+    if n_train < batch:
+        problems.append(f"there are {n_train} training tasks, fewer than astuner.data.train_batch_size ({batch})")
+    if batch % tc.mini_batch_num:
+        problems.append(f"astuner.data.train_batch_size ({batch}) must be a multiple of "
+                        f"astuner.trainer_common.mini_batch_num ({tc.mini_batch_num})")
+    elif (batch // tc.mini_batch_num) * n % gpus:
+        problems.append(f"each mini-batch's episodes (train_batch_size / mini_batch_num × num_repeat = "
+                        f"{batch // tc.mini_batch_num * n}) must divide evenly over the {gpus} GPUs "
+                        f"(trainer_common.nnodes × n_gpus_per_node)")
+    longest = a.data.max_prompt_length + a.data.max_response_length
+    if tc.max_token_len_per_micro_batch < longest:
+        problems.append(f"astuner.trainer_common.max_token_len_per_micro_batch ({tc.max_token_len_per_micro_batch}) "
+                        f"must hold one whole sequence (data.max_prompt_length + max_response_length = {longest})")
+    if problems:
+        raise ConfigError("backbone verl: " + "; ".join(problems))
+
+
+BYTES_PER_TRAINED_PARAM = 16  # fp32 weights and gradients, AdamW's two moments
+
+
+def model_parameters(model_path: str) -> Optional[int]:
+    """Parameter count of a local model folder or a hub id in the local cache, from its safetensors (index or
+    files); None when it cannot be told without a download."""
+    import json
+
+    folder = Path(model_path)
+    if not folder.is_dir():
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(model_path, "config.json")
+        except Exception:  # noqa: BLE001 - not a valid repo id either: nothing to tell
+            cached = None
+        if not isinstance(cached, str):
+            return None
+        folder = Path(cached).parent
+    config = json.loads((folder / "config.json").read_text()) if (folder / "config.json").exists() else {}
+    dtype = str(config.get("torch_dtype") or config.get("dtype") or "float32")
+    width = 4 if "32" in dtype else 2
+    index = folder / "model.safetensors.index.json"
+    if index.exists():
+        total = json.loads(index.read_text()).get("metadata", {}).get("total_size")
+        if total:
+            return int(total) // width
+    files = list(folder.glob("*.safetensors"))
+    return sum(f.stat().st_size for f in files) // width if files else None
+
+
+def check_memory(run: Any, model_path: str, gpu_bytes: Optional[int], verl_keys: dict) -> None:
+    """Full fine-tuning under FSDP holds ~16 bytes per parameter spread over the GPUs: say before launch
+    when that cannot fit (the user contract's 14B model on one GPU, say) and what to change."""
+    fsdp = verl_keys.get("actor_rollout_ref", {}).get("actor", {}).get("fsdp_config", {})
+    params = model_parameters(model_path)
+    if gpu_bytes is None or params is None or (fsdp.get("param_offload") and fsdp.get("optimizer_offload")):
+        return
+    tc = run.astuner.trainer_common
+    gpus = tc.nnodes * tc.n_gpus_per_node
+    need = BYTES_PER_TRAINED_PARAM * params / gpus
+    if need > 0.9 * gpu_bytes:
+        raise ConfigError(f"backbone verl: {params / 1e9:.1f}B parameters need about {need / 2**30:.0f} GiB per GPU to "
+                          f"train (fp32 weights, gradients and AdamW moments over {gpus} GPU(s)), a GPU has "
+                          f"{gpu_bytes / 2**30:.0f} GiB; set actor_rollout_ref.actor.fsdp_config.param_offload: true "
+                          f"and optimizer_offload: true, use more GPUs (astuner.trainer_common.n_gpus_per_node / "
+                          f"nnodes) or a smaller model")
+
+
+def gpu_memory() -> Optional[int]:
+    import torch
+
+    return torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else None
