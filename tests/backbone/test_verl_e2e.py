@@ -51,8 +51,9 @@ def test_verl_trains_the_tool_using_agent_on_the_cpu(verl_run):
     assert set(tb["critic/score/mean"]) == {1, 2}
     # several model calls per episode (2 turns each), with the tool's result inside the response
     assert all(v >= 4 for v in tb["num_turns/mean"].values())
-    # vLLM's log-probs (engine) against the FSDP actor's recompute: both fp32 on the CPU
-    assert all(v < 1e-3 for v in tb["training/rollout_probs_diff_mean"].values())
+    # vLLM's token probabilities against the FSDP actor's recompute, both fp32: equal to rounding at step 1, and
+    # at step 2 too only if step 1's update reached vLLM (one AdamW step at lr 1e-4 moves them far more)
+    assert all(v < 1e-5 for v in tb["training/rollout_probs_diff_mean"].values())
     assert "val-core/astuner/reward/mean@1" in tb and tb["actor/pg_loss"]
     assert (root / "checkpoints" / "global_step_2" / "actor").is_dir()
 
