@@ -84,11 +84,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except SystemExit as exc:  # argparse printed the usage error (or --help)
         return int(exc.code or 0)
 
-    from astuner.errors import UserError
+    from astuner.errors import AstunerError
 
     try:
         return _run(args)
-    except UserError as exc:
+    except AstunerError as exc:
         _error(str(exc))
         return exc.exit_code
     except KeyboardInterrupt:

@@ -1,5 +1,6 @@
 """Error types. A `UserError` is something the user can fix (config, plug-in string, data); the CLI
-prints its one-line message and exits with code 2. Anything else is an internal failure (exit 1)."""
+prints its one-line message and exits with code 2. `RunFailed`: a run that failed with a cause the backbone
+reported; one line, exit 1. Anything else is an internal failure (traceback, exit 1)."""
 
 
 class AstunerError(Exception):
@@ -36,3 +37,7 @@ class BackboneUnavailable(UserError):
 
 class RunDirError(UserError):
     """The run folder cannot be used as asked (e.g. it already holds a run)."""
+
+
+class RunFailed(AstunerError):
+    """A run that started and failed where the backbone itself reports the cause (exit code 1, one line)."""

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 from loguru import logger
 
-from astuner.errors import BackboneUnavailable
+from astuner.errors import BackboneUnavailable, RunFailed
 
 CONFIG_FILE = "trinity_config.yaml"
 
@@ -55,6 +55,17 @@ def run(ctx: Any) -> None:
 
         config = load_config(str(path))
         config.check_and_update()
-        run_stage(config)
+        check_status(run_stage(config))
     finally:
         cluster.stop()
+
+
+def check_status(status: Any) -> None:
+    """Trinity catches a failure inside its stage and returns it in a `StageStatus`: a failed stage is a
+    failed run (exit code 1), its cause in one line."""
+    if status is None or getattr(status, "success", True):
+        return
+    error = getattr(status, "error", None)
+    cause = f"{error.type_name}: {(error.message or '').strip().splitlines()[0] if error.message else ''}" \
+        if error is not None else "no cause reported"
+    raise RunFailed(f"Trinity-RFT's {status.stage} stage failed: {cause}")

@@ -1,0 +1,38 @@
+"""A Trinity stage that fails is a failed run: Trinity catches the exception inside its stage and returns it
+in its own `StageStatus`, which the backbone turns into exit code 1 with the cause in one line. Runs in the
+Trinity environment (CI's `.ci/backbones trinity`); skipped elsewhere."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("trinity")
+
+from trinity.cli.launcher import StageError, StageStatus  # noqa: E402
+
+from astuner.backbone.trinity import check_status  # noqa: E402
+from astuner.errors import RunFailed  # noqa: E402
+
+
+def test_a_failed_stage_is_a_failed_run_with_its_cause_in_one_line():
+    failed = StageStatus(stage="both", success=False,
+                         error=StageError(type_name="RuntimeError", message="workflow raised\nmore detail",
+                                          traceback_text="Traceback ..."))
+    with pytest.raises(RunFailed) as info:
+        check_status(failed)
+    assert str(info.value) == "Trinity-RFT's both stage failed: RuntimeError: workflow raised"
+    assert info.value.exit_code == 1
+    check_status(StageStatus(stage="both", success=True))
+
+
+def test_the_cli_prints_one_line_and_exits_1(monkeypatch, capsys, tmp_path):
+    from astuner import cli
+
+    def failing_run(args):
+        check_status(StageStatus(stage="explore", success=False,
+                                 error=StageError(type_name="ValueError", message="bad", traceback_text="")))
+
+    monkeypatch.setattr(cli, "_run", failing_run)
+    assert cli.main(["--conf", str(tmp_path / "x.yaml")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith("Trinity-RFT's explore stage failed: ValueError: bad")
