@@ -69,7 +69,7 @@ def translated_config(name: str, config: "RunConfig", root: Any) -> dict[str, An
 
 def dry_run_config(name: str, config: "RunConfig", root: Any) -> dict[str, Any]:
     """The translated config for --dry-run; checked against the package itself when it is installed
-    (verl: merged into its ppo_trainer config; trinity: loaded with its load_config)."""
+    (verl: merged into its ppo_trainer config; trinity: `check_with_trinity`)."""
     translated = translated_config(name, config, root)
     if name == "verl" and importlib.util.find_spec("verl") is not None:
         from omegaconf import OmegaConf
@@ -78,20 +78,37 @@ def dry_run_config(name: str, config: "RunConfig", root: Any) -> dict[str, Any]:
 
         return OmegaConf.to_container(compose_verl_config(translated), resolve=False)
     if name == "trinity" and importlib.util.find_spec("trinity") is not None:
-        import tempfile
-        from pathlib import Path
-
-        import yaml
-        from trinity.common.config import load_config
-
-        with tempfile.TemporaryDirectory() as folder:
-            path = Path(folder) / "trinity_config.yaml"
-            path.write_text(yaml.safe_dump(translated, sort_keys=False))
-            try:
-                load_config(str(path))
-            except ValueError as exc:
-                from astuner.errors import ConfigError
-
-                raise ConfigError(f"Trinity-RFT rejects the translated config: {str(exc).splitlines()[0]}; "
-                                  f"check the trinity: subtree of your YAML") from None
+        check_with_trinity(config)
     return translated
+
+
+def check_with_trinity(config: "RunConfig") -> None:
+    """What Trinity-RFT itself checks before a run: its `load_config`, then its full `check_and_update()`
+    (every validator: algorithm, model lengths, GPU allocation, buffer, trainer, ...) on a translation
+    rooted in a temporary folder, since the validators create folders; nothing is left behind. The model
+    validator reads the model's config, so for a model that is not available locally only `load_config`
+    runs, which is said."""
+    import tempfile
+    from pathlib import Path
+
+    import yaml
+    from loguru import logger
+    from trinity.common.config import load_config
+
+    from astuner.config.paths import find_user_path
+    from astuner.errors import ConfigError
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "trinity_config.yaml"
+        path.write_text(yaml.safe_dump(translated_config("trinity", config, Path(folder)), sort_keys=False))
+        try:
+            trinity_config = load_config(str(path))
+            if find_user_path(config.astuner.model.path, config.extra_roots) is None:
+                logger.warning(f"trinity: the model {config.astuner.model.path!r} is not available locally; checked "
+                               f"with Trinity's load_config only, not its full check_and_update()")
+                return
+            trinity_config.model.model_path = str(find_user_path(config.astuner.model.path, config.extra_roots))
+            trinity_config.check_and_update()
+        except (ValueError, AssertionError) as exc:
+            raise ConfigError(f"Trinity-RFT rejects the translated config: {str(exc).strip().splitlines()[0]}; "
+                              f"check the astuner settings it names or the trinity: subtree of your YAML") from None

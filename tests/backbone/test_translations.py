@@ -52,7 +52,7 @@ def test_user_top_level_verl_keys_win(capsys, monkeypatch):
 
 def test_trinity_translation_with_the_users_subtree(capsys, monkeypatch):
     monkeypatch.chdir(REPO_ROOT)
-    cfg = dry_run("trinity", capsys, "+trinity.explorer.eval_interval=5")
+    cfg = dry_run("trinity", capsys, "+trinity.explorer.eval_interval=5", "astuner.trainer_common.n_gpus_per_node=4")
     assert cfg["trainer"]["max_token_len_per_gpu"] == 13000  # the seed's trinity: subtree
     assert cfg["explorer"]["eval_interval"] == 5
     assert cfg["algorithm"]["repeat_times"] == 4 and cfg["algorithm"]["algorithm_type"] == "grpo"

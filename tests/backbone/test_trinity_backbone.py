@@ -23,7 +23,8 @@ def prepared(tmp_path, tiny_model_dir, gsm8k_dir, monkeypatch):
     from astuner.backbone.trinity import prepare
 
     monkeypatch.chdir(REPO_ROOT)
-    return prepare_seed_run(prepare, tmp_path, tiny_model_dir, gsm8k_dir, ())
+    # 4 GPUs: the seed's 2 vLLM engines and a trainer (on one GPU Trinity runs colocated with one engine)
+    return prepare_seed_run(prepare, tmp_path, tiny_model_dir, gsm8k_dir, ("astuner.trainer_common.n_gpus_per_node=4",))
 
 
 def test_generated_config_loads_and_round_trips(prepared):
@@ -112,3 +113,60 @@ def test_dry_run_validates_the_users_trinity_subtree(capsys, monkeypatch):
     code, _, err = run_cli(["--conf", str(SEED), "--backbone", "trinity", "--dry-run",
                             "+trinity.explorer.bogus_key=1"], capsys)
     assert code == 2 and "Key 'bogus_key' not in 'ExplorerConfig'" in err
+
+
+def trinity_loss(tmp_path, model_dir, gsm8k_dir, *overrides):
+    """The seed translated with `overrides`, loaded and checked by Trinity itself; returns Trinity's Config, the
+    loss its verl workers hand to verl's engine (`build_trinity_loss(config.algorithm)`, as
+    `set_trinity_config` does) and the verl config Trinity synthesises for its trainer."""
+    from trinity.common.config import load_config
+    from trinity.trainer.verl.config import build_verl_config
+    from trinity.trainer.verl.losses import build_trinity_loss
+
+    from astuner.backbone.trinity import prepare
+
+    # 4 GPUs: the seed's 2 rollout engines and 2 for the trainer (Trinity's check counts them, without Ray)
+    _, _, path = prepare_seed_run(prepare, tmp_path, model_dir, gsm8k_dir,
+                                  ("astuner.trainer_common.n_gpus_per_node=4", *overrides))
+    cfg = load_config(str(path)).check_and_update()
+    return cfg, build_trinity_loss(cfg.algorithm), build_verl_config(cfg)
+
+
+def test_loss_settings_reach_trinitys_loss_kl_off(tmp_path, tiny_model_dir, gsm8k_dir, monkeypatch):
+    from trinity.algorithm.kl_fn.kl_fn import DummyKLFn
+
+    monkeypatch.chdir(REPO_ROOT)
+    cfg, loss, verl = trinity_loss(tmp_path, tiny_model_dir, gsm8k_dir)  # the defaults: use_kl_loss false
+    assert isinstance(loss.kl_loss_fn, DummyKLFn) and not loss.use_kl_loss  # no KL loss at all
+    assert cfg.algorithm.kl_loss_fn == "none" and verl.actor.use_kl_loss is False
+    assert (loss.policy_loss_fn.clip_range_low, loss.policy_loss_fn.clip_range_high) == (0.2, 0.2)
+    assert loss.entropy_loss_fn.entropy_coef == 0.0
+    assert loss.loss_agg_mode == loss.policy_loss_fn.loss_agg_mode == verl.actor.loss_agg_mode == "token-mean"
+
+
+def test_loss_settings_reach_trinitys_loss_kl_on(tmp_path, tiny_model_dir, gsm8k_dir, monkeypatch):
+    from trinity.algorithm.kl_fn.kl_fn import K1Fn
+
+    monkeypatch.chdir(REPO_ROOT)
+    al = "astuner.trainer_common.algorithm"
+    cfg, loss, verl = trinity_loss(
+        tmp_path, tiny_model_dir, gsm8k_dir, f"{al}.use_kl_loss=true", f"{al}.kl_loss_type=kl",
+        f"{al}.kl_loss_coef=0.05", f"{al}.clip_ratio_low=0.1", f"{al}.clip_ratio_high=0.28",
+        f"{al}.entropy_coeff=0.01", f"{al}.loss_agg_mode=seq-mean-token-sum")
+    assert isinstance(loss.kl_loss_fn, K1Fn) and loss.use_kl_loss and verl.actor.use_kl_loss is True
+    assert loss.kl_loss_fn.kl_coef == 0.05
+    assert (loss.policy_loss_fn.clip_range_low, loss.policy_loss_fn.clip_range_high) == (0.1, 0.28)
+    assert loss.entropy_loss_fn.entropy_coef == 0.01
+    assert loss.loss_agg_mode == loss.policy_loss_fn.loss_agg_mode == verl.actor.loss_agg_mode == "seq-mean-token-sum"
+    assert cfg.algorithm.algorithm_type == "grpo"
+
+
+def test_users_trinity_subtree_wins_over_the_loss_translation(tmp_path, tiny_model_dir, gsm8k_dir, monkeypatch):
+    from trinity.algorithm.kl_fn.kl_fn import LowVarKLFn
+
+    monkeypatch.chdir(REPO_ROOT)
+    _, loss, _ = trinity_loss(tmp_path, tiny_model_dir, gsm8k_dir, "astuner.trainer_common.algorithm.use_kl_loss=true",
+                              "+trinity.algorithm.kl_loss_fn_args.kl_coef=0.5",
+                              "+trinity.algorithm.policy_loss_fn_args.clip_range_high=0.3")
+    assert isinstance(loss.kl_loss_fn, LowVarKLFn) and loss.kl_loss_fn.kl_coef == 0.5  # low_var_kl: astuner's default
+    assert (loss.policy_loss_fn.clip_range_low, loss.policy_loss_fn.clip_range_high) == (0.2, 0.3)

@@ -13,12 +13,15 @@ import math
 from pathlib import Path
 from typing import Any
 
+from astuner.backbone.trinity_backbone.resources import trinity_mode
 from astuner.backbone.translate_common import deep_merge, plugin_roots
 from astuner.config import RunConfig
 from astuner.task_reader import has_validation
 
 WORKFLOW_TYPE = "astuner.backbone.trinity_backbone.workflow.AstunerTrinityWorkflow"
 ALGORITHMS = {"grpo": "grpo", "multi_step_grpo": "multi_step_grpo"}
+# astuner's kl_loss_type -> Trinity's KL_FN registry (trinity/algorithm/kl_fn/__init__.py): the same estimators
+KL_LOSS_FNS = {"low_var_kl": "low_var_kl", "kl": "k1"}
 
 
 def taskset(name: str, path: Path, split: str, run: RunConfig, mode: str) -> dict[str, Any]:
@@ -46,9 +49,9 @@ def translate_to_trinity(run: RunConfig, root: Path) -> dict[str, Any]:
     a = run.astuner
     ro, tc, al, o = a.rollout, a.trainer_common, a.trainer_common.algorithm, a.trainer_common.optim
     data_dir = root / "trinity_data"
-    engines = tc.trinity_only__n_vllm_engine
+    mode, engines = trinity_mode(run)  # colocate on one GPU, else explorer and trainer split the GPUs
     translated: dict[str, Any] = {
-        "mode": "both",
+        "mode": mode,
         "project": a.project_name,
         "name": run.experiment_name,
         "checkpoint_root_dir": str(root / "checkpoints"),
@@ -67,6 +70,22 @@ def translate_to_trinity(run: RunConfig, root: Path) -> dict[str, Any]:
             "repeat_times": ro.num_repeat,
             "optimizer": {"lr": o.lr, "lr_warmup_steps": o.warmup_steps or -1, "weight_decay": o.weight_decay,
                           "clip_grad": o.grad_clip if o.grad_clip is not None else 1.0e9},
+            # The loss: Trinity builds it from these (trainer/verl/losses.py), not from verl's actor keys.
+            # AlgorithmConfig.policy_loss_fn: PPO's clipped surrogate (Trinity's default for both algorithms)
+            "policy_loss_fn": "ppo",
+            # PPOPolicyLossFn(clip_range_low, clip_range_high, loss_agg_mode) — replaces its default_args whole
+            "policy_loss_fn_args": {"clip_range_low": al.clip_ratio_low, "clip_range_high": al.clip_ratio_high,
+                                    "loss_agg_mode": al.loss_agg_mode},
+            # AlgorithmConfig.kl_loss_fn: "none" (DummyKLFn) is no KL loss; Trinity's grpo default is k2
+            "kl_loss_fn": KL_LOSS_FNS[al.kl_loss_type] if al.use_kl_loss else "none",
+            # KLFn(kl_coef)
+            "kl_loss_fn_args": {"kl_coef": al.kl_loss_coef},
+            # AlgorithmConfig.entropy_loss_fn: DefaultEntropyLossFn (the loss minus entropy_coef * entropy)
+            "entropy_loss_fn": "default",
+            # DefaultEntropyLossFn(entropy_coef)
+            "entropy_loss_fn_args": {"entropy_coef": al.entropy_coeff},
+            # AlgorithmConfig.loss_agg_mode: policy, KL and entropy terms (and verl's actor.loss_agg_mode)
+            "loss_agg_mode": al.loss_agg_mode,
         },
         "buffer": {
             "batch_size": a.data.train_batch_size,
@@ -103,11 +122,7 @@ def translate_to_trinity(run: RunConfig, root: Path) -> dict[str, Any]:
             "grad_clip": o.grad_clip if o.grad_clip is not None else 1.0e9,
             "max_token_len_per_gpu": tc.max_token_len_per_micro_batch,
             "max_checkpoints_to_keep": tc.max_checkpoints_to_keep or 0,
-            "trainer_config": {"actor_rollout_ref": {"actor": {
-                "ppo_epochs": tc.ppo_epochs, "use_kl_loss": al.use_kl_loss, "kl_loss_coef": al.kl_loss_coef,
-                "kl_loss_type": al.kl_loss_type, "clip_ratio_low": al.clip_ratio_low,
-                "clip_ratio_high": al.clip_ratio_high, "loss_agg_mode": al.loss_agg_mode,
-                "entropy_coeff": al.entropy_coeff}}},
+            "trainer_config": {"actor_rollout_ref": {"actor": {"ppo_epochs": tc.ppo_epochs}}},
         },
         "monitor": {"monitor_type": "tensorboard", "cache_dir": str(root / "tensorboard")},
     }
