@@ -51,13 +51,22 @@ def run(ctx: Any) -> None:
     cluster = ensure_ray(ctx.with_ray)
     try:
         from trinity.cli.launcher import run_stage
-        from trinity.common.config import load_config
 
-        config = load_config(str(path))
-        config.check_and_update()
-        check_status(run_stage(config))
+        check_status(run_stage(checked_config(path, ctx.run_dir.tensorboard)))
     finally:
         cluster.stop()
+
+
+def checked_config(path: Path, tensorboard: Path) -> Any:
+    """Trinity's config from our file, through its own `check_and_update()`. That check puts the monitor's
+    folder under Trinity's checkpoint tree; it is pointed back at the run folder, so Trinity's tensorboard
+    monitor writes into `tensorboard/<role>/` there."""
+    from trinity.common.config import load_config
+
+    config = load_config(str(path))
+    config.check_and_update()
+    config.monitor.cache_dir = str(Path(tensorboard).absolute().parent)  # the monitor adds tensorboard/<role>
+    return config
 
 
 def check_status(status: Any) -> None:
