@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from tests.conftest import REPO_ROOT, run_cli
@@ -90,3 +91,14 @@ def test_selector_and_operators_reach_the_trinity_config(capsys, monkeypatch):
                         "kwargs": {"tau": 0}}
     assert cfg["data_processor"] == {"experience_pipeline": {"operators": [{"name": "pass_rate_calculator",
                                                                             "args": {}}]}}
+
+
+@pytest.mark.parametrize("override, named", [
+    ("astuner.trainer_common.algorithm.norm_adv_by_std_in_grpo=false", "norm_adv_by_std_in_grpo"),
+    ("astuner.trainer_common.mini_batch_num=2", "mini_batch_num"),
+])
+def test_settings_trinity_cannot_honour_are_refused_not_ignored(override, named, capsys, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    code, _, err = run_cli(["--conf", str(REPO_ROOT / "tutorial" / "example_math_agent" / "math_agent.yaml"),
+                            "--backbone", "trinity", "--dry-run", override], capsys)
+    assert code == 2 and named in err and "backbone trinity cannot do" in err

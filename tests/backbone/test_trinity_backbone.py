@@ -170,3 +170,60 @@ def test_users_trinity_subtree_wins_over_the_loss_translation(tmp_path, tiny_mod
                               "+trinity.algorithm.policy_loss_fn_args.clip_range_high=0.3")
     assert isinstance(loss.kl_loss_fn, LowVarKLFn) and loss.kl_loss_fn.kl_coef == 0.5  # low_var_kl: astuner's default
     assert (loss.policy_loss_fn.clip_range_low, loss.policy_loss_fn.clip_range_high) == (0.2, 0.3)
+
+
+def test_optimizer_betas_reach_trinitys_optimizer(tmp_path, tiny_model_dir, gsm8k_dir, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    cfg, _, verl = trinity_loss(tmp_path, tiny_model_dir, gsm8k_dir, "astuner.trainer_common.optim.betas=[0.8,0.95]")
+    assert list(cfg.algorithm.optimizer.betas) == [0.8, 0.95]
+    assert list(verl.actor.optim.betas) == [0.8, 0.95]  # what verl's actor optimizer is built with
+
+
+def advantages_kept(cfg):
+    """Trinity's advantage fn, built from its registry with the args it gets after check_and_update (as its
+    experience pipeline and verl trainer build it), run on two tasks of 2 episodes: one with equal rewards."""
+    import torch
+    from trinity.algorithm import ADVANTAGE_FN
+    from trinity.common.experience import EID, Experience
+
+    fn = ADVANTAGE_FN.get(cfg.algorithm.advantage_fn)(**cfg.algorithm.advantage_fn_args)
+    exps = [Experience(eid=EID(task=task, run=run), tokens=torch.tensor([1, 2, 3]), prompt_length=2, reward=reward,
+                       logprobs=torch.tensor([-0.5]), action_mask=torch.tensor([True]))
+            for task, run, reward in [(0, 0, 1.0), (0, 1, 1.0), (1, 0, 0.0), (1, 1, 1.0)]]
+    kept, _ = fn(exps)
+    return sorted(exp.eid.task for exp in kept)
+
+
+@pytest.mark.parametrize("adv_estimator", ["grpo", "multi_step_grpo"])
+def test_drop_zero_variance_groups_reaches_trinitys_advantage_fn(tmp_path, tiny_model_dir, gsm8k_dir, monkeypatch,
+                                                                 adv_estimator):
+    monkeypatch.chdir(REPO_ROOT)
+    al = "astuner.trainer_common.algorithm"
+    (tmp_path / "on").mkdir(), (tmp_path / "off").mkdir()
+    cfg, _, _ = trinity_loss(tmp_path / "on", tiny_model_dir, gsm8k_dir, f"{al}.adv_estimator={adv_estimator}")
+    assert cfg.algorithm.advantage_fn_args["std_threshold"] == 0.0 and advantages_kept(cfg) == [1, 1]
+    cfg, _, _ = trinity_loss(tmp_path / "off", tiny_model_dir, gsm8k_dir, f"{al}.adv_estimator={adv_estimator}",
+                             f"{al}.drop_zero_variance_groups=false")
+    assert cfg.algorithm.advantage_fn_args["std_threshold"] is None and advantages_kept(cfg) == [0, 0, 1, 1]
+
+
+def test_users_trinity_advantage_fn_gets_no_translated_args(tmp_path, tiny_model_dir, gsm8k_dir, monkeypatch):
+    from trinity.algorithm.advantage_fn.reinforce_advantage import REINFORCEGroupAdvantage
+
+    monkeypatch.chdir(REPO_ROOT)
+    cfg, _, _ = trinity_loss(tmp_path, tiny_model_dir, gsm8k_dir, "+trinity.algorithm.advantage_fn=reinforce")
+    assert cfg.algorithm.advantage_fn_args == REINFORCEGroupAdvantage.default_args()  # Trinity's, not std_threshold
+    assert advantages_kept(cfg) == [0, 0, 1, 1]
+
+
+def test_validation_num_repeat_reaches_trinitys_eval_tasks(tmp_path, tiny_model_dir, gsm8k_dir, monkeypatch):
+    from trinity.buffer.reader.file_reader import FileReader
+
+    monkeypatch.chdir(REPO_ROOT)
+    cfg, _, _ = trinity_loss(tmp_path, tiny_model_dir, gsm8k_dir, "astuner.rollout.val_kwargs.num_repeat=3")
+    (evalset,) = cfg.buffer.explorer_input.eval_tasksets
+    assert evalset.repeat_times == 3 and cfg.algorithm.repeat_times == 4  # training: rollout.num_repeat
+    storage = evalset.to_storage_config()
+    storage.batch_size = 2
+    tasks = asyncio.run(FileReader(storage).read())
+    assert [t.repeat_times for t in tasks] == [3, 3]  # what Trinity's scheduler runs each eval task with

@@ -1,4 +1,5 @@
-"""Which of Trinity's modes the run's GPUs allow, decided before launch (pure Python, Trinity not imported).
+"""Which of Trinity's modes the run's GPUs allow, and which astuner settings Trinity cannot carry out, decided
+before launch (pure Python, Trinity not imported).
 
 Trinity 0.6 splits the GPUs between its vLLM engines (explorer) and its trainer in mode `both`, and shares
 one GPU between them in mode `colocate` (one engine, tensor parallel 1), which it only picks itself when it
@@ -34,3 +35,19 @@ def trinity_mode(run: Any) -> tuple[str, int]:
                           f"× n_gpus_per_node) to the trainer; lower astuner.trainer_common.trinity_only__n_vllm_engine "
                           f"or astuner.rollout.tensor_model_parallel_size, or use more GPUs")
     return "both", engines
+
+
+def check_supported(run: Any) -> None:
+    """Settings Trinity-RFT 0.6 has no way to honour, refused rather than ignored: its GRPO advantage
+    functions always divide by the group's std, and its trainer takes one optimizer step per trainer step
+    (verl's ppo_mini_batch_size is fixed to the whole batch)."""
+    tc = run.astuner.trainer_common
+    problems = []
+    if not tc.algorithm.norm_adv_by_std_in_grpo:
+        problems.append("astuner.trainer_common.algorithm.norm_adv_by_std_in_grpo: false (Trinity always divides "
+                        "GRPO advantages by the group's std)")
+    if tc.mini_batch_num != 1:
+        problems.append(f"astuner.trainer_common.mini_batch_num: {tc.mini_batch_num} (Trinity takes one optimizer "
+                        f"step per trainer step)")
+    if problems:
+        raise ConfigError("backbone trinity cannot do " + "; ".join(problems) + "; use --backbone debug or verl")

@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from astuner.backbone.trinity_backbone.resources import trinity_mode
+from astuner.backbone.trinity_backbone.resources import check_supported, trinity_mode
 from astuner.backbone.translate_common import deep_merge, plugin_roots
 from astuner.config import RunConfig
 from astuner.task_reader import has_validation
@@ -34,6 +34,8 @@ def taskset(name: str, path: Path, split: str, run: RunConfig, mode: str) -> dic
         "path": str(path),
         "split": split,
         "default_workflow_type": WORKFLOW_TYPE,
+        # TasksetConfig.repeat_times: each eval task's runs (Trinity overrides it with algorithm.repeat_times for training)
+        "repeat_times": ro.val_kwargs.num_repeat if mode == "val" else ro.num_repeat,
         "rollout_args": {"temperature": temperature, "top_p": top_p, "max_tokens": ro.max_response_length_in_one_turn},
         "workflow_args": {"astuner_config": str(path.parent / "config.yaml"), "mode": mode,
                           "astuner_roots": plugin_roots(run)},
@@ -49,6 +51,7 @@ def translate_to_trinity(run: RunConfig, root: Path) -> dict[str, Any]:
     a = run.astuner
     ro, tc, al, o = a.rollout, a.trainer_common, a.trainer_common.algorithm, a.trainer_common.optim
     data_dir = root / "trinity_data"
+    check_supported(run)
     mode, engines = trinity_mode(run)  # colocate on one GPU, else explorer and trainer split the GPUs
     translated: dict[str, Any] = {
         "mode": mode,
@@ -69,7 +72,9 @@ def translate_to_trinity(run: RunConfig, root: Path) -> dict[str, Any]:
             "algorithm_type": ALGORITHMS[al.adv_estimator],
             "repeat_times": ro.num_repeat,
             "optimizer": {"lr": o.lr, "lr_warmup_steps": o.warmup_steps or -1, "weight_decay": o.weight_decay,
-                          "clip_grad": o.grad_clip if o.grad_clip is not None else 1.0e9},
+                          "clip_grad": o.grad_clip if o.grad_clip is not None else 1.0e9,
+                          # OptimizerConfig.betas -> verl's actor optim.betas (trainer/verl/config.py)
+                          "betas": list(o.betas)},
             # The loss: Trinity builds it from these (trainer/verl/losses.py), not from verl's actor keys.
             # AlgorithmConfig.policy_loss_fn: PPO's clipped surrogate (Trinity's default for both algorithms)
             "policy_loss_fn": "ppo",
@@ -126,6 +131,11 @@ def translate_to_trinity(run: RunConfig, root: Path) -> dict[str, Any]:
         },
         "monitor": {"monitor_type": "tensorboard", "cache_dir": str(root / "tensorboard")},
     }
+    user_algorithm = (run.merged.get("trinity") or {}).get("algorithm") or {}
+    if not {"algorithm_type", "advantage_fn"} & set(user_algorithm):  # another advantage fn may not take it
+        # AlgorithmConfig.advantage_fn_args -> GRPOGroupedAdvantage / StepWiseGRPOAdvantageFn(std_threshold): groups
+        # whose reward std is <= 0.0 (all rewards equal, or a single episode) are dropped, as astuner drops them
+        translated["algorithm"]["advantage_fn_args"] = {"std_threshold": 0.0 if al.drop_zero_variance_groups else None}
     operators = a.data_processor.experience_pipeline.operators
     if operators:
         translated["data_processor"] = {"experience_pipeline": {
