@@ -103,11 +103,12 @@ def check_with_trinity(config: "RunConfig") -> None:
         path.write_text(yaml.safe_dump(translated_config("trinity", config, Path(folder)), sort_keys=False))
         try:
             trinity_config = load_config(str(path))
-            if find_user_path(config.astuner.model.path, config.extra_roots) is None:
+            model = find_user_path(config.astuner.model.path, config.extra_roots)
+            if model is None:
                 logger.warning(f"trinity: the model {config.astuner.model.path!r} is not available locally; checked "
                                f"with Trinity's load_config only, not its full check_and_update()")
                 return
-            trinity_config.model.model_path = str(find_user_path(config.astuner.model.path, config.extra_roots))
+            trinity_config.model.model_path = str(model)
             trinity_config.check_and_update()
         except (ValueError, AssertionError) as exc:
             raise ConfigError(f"Trinity-RFT rejects the translated config: {str(exc).strip().splitlines()[0]}; "

@@ -34,10 +34,10 @@ def cpu_mode(run: RunConfig) -> bool:
     return device == "cpu" or (device == "auto" and not gpu_present())
 
 
-def worker_env(run: RunConfig, root: Path) -> dict[str, str]:
+def worker_env(root: Path, cpu: bool) -> dict[str, str]:
     """Environment of every process verl starts on Ray (through `ray_kwargs.ray_init.runtime_env`)."""
     env = {"TENSORBOARD_DIR": str(root / "tensorboard")}
-    if cpu_mode(run):
+    if cpu:
         # verl registers its FSDP engine for "cuda"/"npu" devices only; the engine is device-generic
         # (tensors go to get_device_name()), so it is picked by verl's own override
         env.update({"VERL_USE_EXTERNAL_MODULES": CPU_PLATFORM_MODULE, "VERL_PLATFORM": "astuner_cpu",
@@ -79,6 +79,7 @@ def translate_to_verl(run: RunConfig, root: Path, model_path: Optional[str] = No
     token_budget = tc.max_token_len_per_micro_batch
     mini_batch = max(1, a.data.train_batch_size // tc.mini_batch_num)
     validation = has_validation(a) if validation is None else validation
+    cpu = cpu_mode(run)
     translated: dict[str, Any] = {
         "data": {
             "train_files": str(root / "verl_data" / "train.jsonl"),
@@ -129,7 +130,7 @@ def translate_to_verl(run: RunConfig, root: Path, model_path: Optional[str] = No
                 "agent": {
                     # each worker is a process running many episodes at once; on the CPU two are enough
                     "num_workers": agent_workers(a.data.train_batch_size * ro.num_repeat,
-                                                 min(ro.max_env_worker, 2 if cpu_mode(run) else 8)),
+                                                 min(ro.max_env_worker, 2 if cpu else 8)),
                     "default_agent_loop": AGENT_NAME,
                     "agent_loop_config_path": str(root / "verl_agent_loops.yaml"),
                 },
@@ -157,8 +158,8 @@ def translate_to_verl(run: RunConfig, root: Path, model_path: Optional[str] = No
             "use_v1": False,
         },
     }
-    translated["ray_kwargs"] = {"ray_init": {"runtime_env": {"env_vars": worker_env(run, root)}}}
-    if cpu_mode(run):
+    translated["ray_kwargs"] = {"ray_init": {"runtime_env": {"env_vars": worker_env(root, cpu)}}}
+    if cpu:
         translated = deep_merge(translated, cpu_overrides())
     return deep_merge(translated, user_verl_keys(run.merged))
 
