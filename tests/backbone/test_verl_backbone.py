@@ -144,7 +144,7 @@ def test_grad_clip_reaches_the_key_verls_engine_reads(prepared):
 def test_tensorboard_and_cpu_platform_reach_every_ray_process(prepared):
     from omegaconf import OmegaConf
 
-    from astuner.backbone.verl_backbone.translate import cpu_mode
+    from astuner.backbone.translate_common import cpu_mode
 
     run, root, path = prepared
     env = OmegaConf.load(path).ray_kwargs.ray_init.runtime_env.env_vars

