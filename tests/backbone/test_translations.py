@@ -9,6 +9,7 @@ import sys
 import pytest
 import yaml
 
+from astuner.backbone.trinity_backbone.translate import OPERATORS
 from tests.conftest import REPO_ROOT, run_cli
 
 SEED = "tutorial/example_math_agent/math_agent.yaml"
@@ -53,13 +54,15 @@ def test_user_top_level_verl_keys_win(capsys, monkeypatch):
 
 def test_trinity_translation_with_the_users_subtree(capsys, monkeypatch):
     monkeypatch.chdir(REPO_ROOT)
-    cfg = dry_run("trinity", capsys, "+trinity.explorer.eval_interval=5", "astuner.trainer_common.n_gpus_per_node=4")
+    cfg = dry_run("trinity", capsys, "+trinity.explorer.eval_interval=5", "astuner.trainer_common.n_gpus_per_node=4",
+                  "astuner.trainer_common.device=cuda")
     assert cfg["trainer"]["max_token_len_per_gpu"] == 13000  # the seed's trinity: subtree
     assert cfg["explorer"]["eval_interval"] == 5
     assert cfg["algorithm"]["repeat_times"] == 4 and cfg["algorithm"]["algorithm_type"] == "grpo"
     assert cfg["explorer"]["rollout_model"]["engine_num"] == 2  # trinity_only__n_vllm_engine
     assert cfg["explorer"]["rollout_model"]["extra_engine_args"] == {"max_num_seqs": 40}
-    assert cfg["explorer"]["runner_per_model"] == 32  # max_env_worker 64 over 2 engines
+    # max_env_worker 64 episodes at once: 2 engines × 8 runners × num_repeat 4
+    assert cfg["explorer"]["runner_per_model"] == 8
     assert cfg["model"] == {"model_path": "Qwen/Qwen2.5-14B-Instruct", "max_model_len": 13000,
                             "max_prompt_tokens": 3000, "max_response_tokens": 10000, "temperature": 0.7, "top_p": 1.0}
     taskset = cfg["buffer"]["explorer_input"]["taskset"]
@@ -89,7 +92,7 @@ def test_selector_and_operators_reach_the_trinity_config(capsys, monkeypatch):
     selector = cfg["buffer"]["explorer_input"]["taskset"]["data_selector"]
     assert selector == {"selector_type": "difficulty_based", "seed": 42, "feature_keys": ["qwen_0.5b", "qwen_7b"],
                         "kwargs": {"tau": 0}}
-    assert cfg["data_processor"] == {"experience_pipeline": {"operators": [{"name": "pass_rate_calculator",
+    assert cfg["data_processor"] == {"experience_pipeline": {"operators": [{"name": OPERATORS["pass_rate_calculator"],
                                                                             "args": {}}]}}
 
 

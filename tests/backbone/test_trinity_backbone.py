@@ -24,7 +24,7 @@ def prepared(tmp_path, tiny_model_dir, gsm8k_dir, monkeypatch):
 
     monkeypatch.chdir(REPO_ROOT)
     # 4 GPUs: the seed's 2 vLLM engines and a trainer (on one GPU Trinity runs colocated with one engine)
-    return prepare_seed_run(prepare, tmp_path, tiny_model_dir, gsm8k_dir, ("astuner.trainer_common.n_gpus_per_node=4",))
+    return prepare_seed_run(prepare, tmp_path, tiny_model_dir, gsm8k_dir, ("astuner.trainer_common.n_gpus_per_node=4", "astuner.trainer_common.device=cuda",))
 
 
 def test_generated_config_loads_and_round_trips(prepared):
@@ -127,7 +127,7 @@ def trinity_loss(tmp_path, model_dir, gsm8k_dir, *overrides):
 
     # 4 GPUs: the seed's 2 rollout engines and 2 for the trainer (Trinity's check counts them, without Ray)
     _, _, path = prepare_seed_run(prepare, tmp_path, model_dir, gsm8k_dir,
-                                  ("astuner.trainer_common.n_gpus_per_node=4", *overrides))
+                                  ("astuner.trainer_common.n_gpus_per_node=4", "astuner.trainer_common.device=cuda", *overrides))
     cfg = load_config(str(path)).check_and_update()
     return cfg, build_trinity_loss(cfg.algorithm), build_verl_config(cfg)
 

@@ -19,9 +19,9 @@ def _dry_run(capsys, tiny_model_dir, gsm8k_dir, *overrides):
 
 def test_dry_run_rejects_what_trinitys_validators_reject(capsys, tiny_model_dir, gsm8k_dir, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
-    code, _, err = _dry_run(capsys, tiny_model_dir, gsm8k_dir, "astuner.trainer_common.n_gpus_per_node=4",
+    code, _, err = _dry_run(capsys, tiny_model_dir, gsm8k_dir, "astuner.trainer_common.n_gpus_per_node=4", "astuner.trainer_common.device=cuda",
                             "+trinity.explorer.rollout_model.engine_num=4")
     assert code == 2 and "Not enough GPUs for trainer" in err
-    code, out, _ = _dry_run(capsys, tiny_model_dir, gsm8k_dir, "astuner.trainer_common.n_gpus_per_node=4")
+    code, out, _ = _dry_run(capsys, tiny_model_dir, gsm8k_dir, "astuner.trainer_common.n_gpus_per_node=4", "astuner.trainer_common.device=cuda")
     assert code == 0 and "engine_num: 2" in out
     assert list(tmp_path.iterdir()) == []  # the validators' folders went to a temporary folder

@@ -18,7 +18,7 @@ def test_trinitys_monitor_writes_into_the_run_folder(tmp_path, tiny_model_dir, g
 
     monkeypatch.chdir(REPO_ROOT)
     run, root, path = prepare_seed_run(prepare, tmp_path, tiny_model_dir, gsm8k_dir,
-                                       ("astuner.trainer_common.n_gpus_per_node=4",))
+                                       ("astuner.trainer_common.n_gpus_per_node=4", "astuner.trainer_common.device=cuda",))
     config = checked_config(path, root / "tensorboard")
     monitor = MONITOR.get(config.monitor.monitor_type)(config.project, config.group, config.name, "explorer", config)
     monitor.log({"rollout/reward": 0.5}, step=1)

@@ -30,17 +30,17 @@ def _validated_by_trinity(overrides, tmp_path):
 
 
 def test_one_gpu_runs_explorer_and_trainer_colocated(tmp_path):
-    config = _validated_by_trinity(["astuner.trainer_common.n_gpus_per_node=1"], tmp_path)
+    config = _validated_by_trinity(["astuner.trainer_common.n_gpus_per_node=1", "astuner.trainer_common.device=cuda"], tmp_path)
     assert config.mode == "colocate" and config.explorer.rollout_model.engine_num == 1
     assert config.cluster.trainer_gpu_num == 1
 
 
 def test_engines_that_leave_the_trainer_no_gpu_are_refused_before_launch(tmp_path):
-    run = load_run_config(SEED, ["astuner.trainer_common.n_gpus_per_node=2"])
+    run = load_run_config(SEED, ["astuner.trainer_common.n_gpus_per_node=2", "astuner.trainer_common.device=cuda"])
     with pytest.raises(ConfigError, match="trinity_only__n_vllm_engine"):
         translate_to_trinity(run, tmp_path)
 
 
 def test_several_gpus_are_split_between_engines_and_trainer(tmp_path):
-    config = _validated_by_trinity(["astuner.trainer_common.n_gpus_per_node=4"], tmp_path)
+    config = _validated_by_trinity(["astuner.trainer_common.n_gpus_per_node=4", "astuner.trainer_common.device=cuda"], tmp_path)
     assert config.mode == "both" and config.cluster.explorer_gpu_num == 2 and config.cluster.trainer_gpu_num == 2

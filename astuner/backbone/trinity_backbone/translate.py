@@ -22,6 +22,9 @@ WORKFLOW_TYPE = "astuner.backbone.trinity_backbone.workflow.AstunerTrinityWorkfl
 ALGORITHMS = {"grpo": "grpo", "multi_step_grpo": "multi_step_grpo"}
 # astuner's kl_loss_type -> Trinity's KL_FN registry (trinity/algorithm/kl_fn/__init__.py): the same estimators
 KL_LOSS_FNS = {"low_var_kl": "low_var_kl", "kl": "k1"}
+# astuner's operators whose statistic is over episodes -> the Trinity operators that compute it so (operators.py)
+OPERATORS = {"pass_rate_calculator": "astuner.backbone.trinity_backbone.operators.EpisodePassRateCalculator",
+             "reward_std_filter": "astuner.backbone.trinity_backbone.operators.EpisodeRewardSTDFilter"}
 
 
 def taskset(name: str, path: Path, split: str, run: RunConfig, mode: str) -> dict[str, Any]:
@@ -109,7 +112,9 @@ def translate_to_trinity(run: RunConfig, root: Path) -> dict[str, Any]:
             },
         },
         "explorer": {
-            "runner_per_model": max(1, math.ceil(ro.max_env_worker / engines)),
+            # a runner runs one task's num_repeat episodes at once (concurrent_mode asynchronous, our workflow
+            # cannot repeat itself): max_env_worker episodes at once over all engines
+            "runner_per_model": max(1, math.ceil(ro.max_env_worker / (engines * ro.num_repeat))),
             "max_timeout": int(ro.episode_timeout_s) if ro.episode_timeout_s else 1800,
             "concurrent_mode": "asynchronous",
             "eval_interval": tc.test_freq if tc.test_freq > 0 else 10**9,
@@ -145,7 +150,7 @@ def translate_to_trinity(run: RunConfig, root: Path) -> dict[str, Any]:
     operators = a.data_processor.experience_pipeline.operators
     if operators:
         translated["data_processor"] = {"experience_pipeline": {
-            "operators": [{"name": op.name, "args": dict(op.args)} for op in operators]}}
+            "operators": [{"name": OPERATORS.get(op.name, op.name), "args": dict(op.args)} for op in operators]}}
     return deep_merge(translated, run.merged.get("trinity") or {})
 
 

@@ -35,6 +35,16 @@ def episode_to_experiences(episode: EpisodeResult) -> list[Any]:
     return out
 
 
+def report_outcome(mode: str, step: Any, episode: EpisodeResult) -> None:
+    """The episode's outcome to the run's failure count (`health`): the run stops, as on the debug backbone,
+    when too many of a step's episodes failed."""
+    import ray
+
+    from astuner.backbone.trinity_backbone.health import report
+
+    report(ray.get_runtime_context().namespace, mode, step, episode.failed, episode.error)
+
+
 class AstunerTrinityWorkflow(TrinityWorkflow):
     can_reset: bool = False
     can_repeat: bool = False
@@ -54,7 +64,9 @@ class AstunerTrinityWorkflow(TrinityWorkflow):
         manager = RolloutManager(self.cfg, self.workflow, self.judge, engine, tokenizer)
         batch = await manager.run([task_from_row(self.task.raw_task)], mode=self.mode, num_repeat=1,
                                   check_error_rate=False)
-        return episode_to_experiences(batch.episodes[0])
+        episode = batch.episodes[0]
+        report_outcome(self.mode, self.task.batch_id, episode)
+        return episode_to_experiences(episode)
 
     def run(self) -> list[Any]:
         raise RuntimeError("AstunerTrinityWorkflow is asynchronous; Trinity calls run_async()")

@@ -1,0 +1,91 @@
+"""Failed episodes of a Trinity run, counted per explorer step, and the run stopped as the debug backbone
+stops it: when more than `rollout.max_error_rate` of a step's episodes failed.
+
+Trinity catches a workflow's failure, logs it and goes on (a run whose every episode fails ends with
+exit 0), and its step metrics leave failed runs out. So each `AstunerTrinityWorkflow` reports its
+episode's outcome to one named Ray actor (`RunHealth`, started by the driver on the driver's node). When a
+step's failures pass the limit, the actor writes the reason into the run folder and stops Trinity's
+explorer; the driver then ends the run with that reason (exit code 1).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+ACTOR_NAME = "astuner_run_health"
+FAILURE_FILE = "trinity_failure.txt"
+
+
+class RunHealth:
+    """Per step (Trinity's batch id: a number for training, "<step>/<taskset>" for evaluation): episodes,
+    failed episodes, the first error."""
+
+    def __init__(self, expected: dict[str, int], max_error_rate: float, explorer: str, namespace: str,
+                 failure_file: str):
+        self.expected, self.max_error_rate = expected, max_error_rate
+        self.explorer, self.namespace, self.failure_file = explorer, namespace, failure_file
+        self.steps: dict[str, list[Any]] = {}
+        self.reason: Optional[str] = None
+
+    def record(self, mode: str, step: str, failed: bool, error: Optional[str]) -> None:
+        counts = self.steps.setdefault(str(step), [0, 0, None])
+        counts[0] += 1
+        if failed:
+            counts[1] += 1
+            counts[2] = counts[2] or last_line(error)
+        expected = max(self.expected.get(mode, counts[0]), counts[0])
+        if self.reason is None and counts[1] / expected > self.max_error_rate:
+            self.reason = (f"{counts[1]} of {expected} episodes of Trinity's {mode} step {step} failed "
+                           f"({counts[1] / expected:.0%} > astuner.rollout.max_error_rate {self.max_error_rate}); "
+                           f"first error: {counts[2]} (tracebacks in the log)")
+            Path(self.failure_file).write_text(self.reason, encoding="utf-8")
+            self._stop_explorer()
+
+    def _stop_explorer(self) -> None:
+        import ray
+
+        try:
+            ray.kill(ray.get_actor(self.explorer, namespace=self.namespace))
+        except ValueError:  # already gone
+            pass
+
+    def counts(self) -> dict[str, list[Any]]:
+        return self.steps
+
+
+def last_line(error: Optional[str]) -> str:
+    lines = (error or "").strip().splitlines()
+    return lines[-1] if lines else "unknown"
+
+
+def start(config: Any, run: Any, root: Path, n_val: int) -> Any:
+    """The run's `RunHealth` actor, named in Trinity's namespace, on this (the driver's) node so that its
+    failure file lands in the run folder. The caller holds the handle for the run: the actor lives as long."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    ro = run.astuner.rollout
+    expected = {"train": run.astuner.data.train_batch_size * ro.num_repeat, "val": n_val * ro.val_kwargs.num_repeat}
+    (root / FAILURE_FILE).unlink(missing_ok=True)
+    node = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
+    return ray.remote(RunHealth).options(name=ACTOR_NAME, namespace=config.ray_namespace, num_cpus=0,
+                                         scheduling_strategy=node).remote(
+        expected, ro.max_error_rate, config.explorer.name, config.ray_namespace, str(root / FAILURE_FILE))
+
+
+def report(namespace: Optional[str], mode: str, step: Any, failed: bool, error: Optional[str]) -> None:
+    """From a workflow: one episode's outcome (nothing when the run has no health actor, e.g. Trinity
+    started by hand)."""
+    import ray
+
+    try:
+        actor = ray.get_actor(ACTOR_NAME, namespace=namespace)
+    except ValueError:
+        return
+    actor.record.remote(mode, str(step), failed, error)
+
+
+def failure(root: Path) -> Optional[str]:
+    path = root / FAILURE_FILE
+    return path.read_text(encoding="utf-8") if path.exists() else None
