@@ -113,3 +113,12 @@ def prepare_seed_run(prepare: Callable[[Any], Any], tmp_path: Any, model_dir: An
     (root / "config.yaml").write_text(dump_config(run.merged))
     ctx = SimpleNamespace(config=run, run_dir=RunDir(root=root, resumed=False), with_ray=False)
     return run, root, prepare(ctx)
+
+
+def scalars(folder: Any) -> dict[str, dict[int, float]]:
+    """A tensorboard folder's scalars: tag -> {step: value}."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(folder))
+    acc.Reload()
+    return {tag: {e.step: e.value for e in acc.Scalars(tag)} for tag in acc.Tags()["scalars"]}

@@ -8,6 +8,7 @@ and the generated `trinity_config.yaml`; then Trinity's own launcher stages run 
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 from typing import Any
 
@@ -103,10 +104,23 @@ def checked_config(path: Path, tensorboard: Path) -> Any:
 
 def check_status(status: Any) -> None:
     """Trinity catches a failure inside its stage and returns it in a `StageStatus`: a failed stage is a
-    failed run (exit code 1), its cause in one line."""
+    failed run (exit code 1), its cause in one line. An error raised in a Ray actor arrives wrapped
+    (`RayTaskError(...)`, `ActorDiedError`) with the remote traceback in its message, whose last
+    `SomeError: ...` line is the cause."""
     if status is None or getattr(status, "success", True):
         return
     error = getattr(status, "error", None)
-    cause = f"{error.type_name}: {(error.message or '').strip().splitlines()[0] if error.message else ''}" \
-        if error is not None else "no cause reported"
+    if error is None:
+        cause = "no cause reported"
+    else:
+        lines = [line.strip() for line in ANSI.sub("", error.message or "").splitlines() if line.strip()]
+        raised = [line for line in lines if EXCEPTION_LINE.match(line)]
+        if error.type_name.startswith(("RayTaskError", "RayActorError")) and raised:
+            cause = raised[-1]
+        else:
+            cause = f"{error.type_name}: {lines[0] if lines else ''}"
     raise RunFailed(f"Trinity-RFT's {status.stage} stage failed: {cause}")
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)(\(\w+\))?: ")

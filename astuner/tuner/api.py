@@ -132,7 +132,8 @@ def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
          experiment_name: Optional[str] = None, monitor_type: Optional[str] = None,
          config_path: Optional[str] = None, backbone: str = "debug", resume: bool = False) -> Path:
     """Train `workflow_func`'s agent; returns the run folder. `config_path` loads an astuner YAML first;
-    the arguments given override it."""
+    the arguments given override it. `backbone` "verl" / "trinity" run on the Ray cluster named by
+    RAY_ADDRESS, else on a Ray head started for the run (as `astuner --with-ray`)."""
     import yaml
 
     from astuner.backbone import RunContext, load_backbone
@@ -154,8 +155,9 @@ def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
                                  project_name=project, experiment_name=name, monitor_type=monitor_type)
     else:
         overrides = {"astuner": {"project_name": project, "experiment_name": name,
-                                 "rollout": {"agentscope_workflow": plugin_string(workflow_func)},
-                                 "task_judge": {"judge_protocol": plugin_string(judge_func) if judge_func else None}}}
+                                 "rollout": {"agentscope_workflow": plugin_string(workflow_func)}}}
+        if judge_func is not None:  # else the config's judge, if it names one
+            overrides["astuner"]["task_judge"] = {"judge_protocol": plugin_string(judge_func)}
     root_parent = Path.cwd() / "checkpoints" / project
     root_parent.mkdir(parents=True, exist_ok=True)
     base: dict[str, Any] = {}
@@ -180,6 +182,8 @@ def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
         aux = build_auxiliary_models(auxiliary_models or {})
     except TypeError as exc:
         raise UserError(str(exc)) from None
+    # verl / trinity run on Ray: the cluster in RAY_ADDRESS (or the one `ray start` recorded), else a head private
+    # to this run, as `astuner --with-ray` does
     backbone_module.run(RunContext(config=run, plugins=Plugins(workflow=workflow_func, judge=judge), run_dir=run_dir,
-                                   auxiliary_models=aux))
+                                   with_ray=backbone != "debug", auxiliary_models=aux))
     return run_dir.root

@@ -16,16 +16,9 @@ pytest.importorskip("verl")
 pytest.importorskip("vllm")
 
 from tests.conftest import REPO_ROOT  # noqa: E402
+from tests.helpers import scalars  # noqa: E402
 
 CONF = REPO_ROOT / "tutorial" / "example_tool_cpu" / "calc_agent.yaml"
-
-
-def scalars(folder) -> dict[str, dict[int, float]]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(folder))
-    acc.Reload()
-    return {tag: {e.step: e.value for e in acc.Scalars(tag)} for tag in acc.Tags()["scalars"]}
 
 
 @pytest.fixture(scope="module")

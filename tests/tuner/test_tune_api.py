@@ -135,3 +135,31 @@ def test_workflows_receive_auxiliary_models(dataset, tiny_model_dir, tmp_path, m
                 algorithm=AlgorithmConfig(group_size=2, batch_size=2), experiment_name="aux")
     rows = [json.loads(line) for line in (root / "metrics.jsonl").read_text().splitlines()]
     assert rows[0]["reward/mean"] == 1.0 and rows[0]["rollout/error_rate"] == 0.0
+
+
+async def digit_function(task: dict, model, auxiliary_models=None) -> WorkflowOutput:
+    reply = await model([{"role": "user", "content": task["question"]}])
+    text = "".join(block.get("text", "") for block in reply.content if block["type"] == "text")
+    return WorkflowOutput(metadata={"final_answer": text})
+
+
+def test_tune_keeps_the_judge_its_config_names(tmp_path, monkeypatch):
+    """`tune(config_path=...)` without a judge_func: the config's judge scores the episodes (it used to be
+    overridden with none, and every episode failed)."""
+    from tests.conftest import REPO_ROOT
+
+    conf = yaml.safe_load((REPO_ROOT / "tutorial" / "example_tiny_cpu" / "tiny_cpu.yaml").read_text())["astuner"]
+    conf["task_reader"]["dataset_file"] = {
+        "training": {"file_path": str(REPO_ROOT / "tutorial" / "example_tiny_cpu" / "train.jsonl")}}
+    conf["model"]["path"] = str(tmp_path / "tiny")
+    conf["trainer_common"].update({"total_training_steps": 1, "save_freq": -1, "test_freq": -1,
+                                   "val_before_train": False})
+    conf["data"]["train_batch_size"] = 4
+    path = tmp_path / "digits.yaml"
+    path.write_text(yaml.safe_dump({"astuner": conf}))
+    monkeypatch.chdir(tmp_path)
+    root = tune(workflow_func=digit_function, config_path=str(path), experiment_name="digits")
+    saved = yaml.safe_load((root / "config.yaml").read_text())["astuner"]
+    assert saved["task_judge"]["judge_protocol"] == "astuner.task_judge.math_answer_as_judge->MathAnswerAsJudge"
+    rows = [json.loads(line) for line in (root / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["rollout/error_rate"] == 0.0

