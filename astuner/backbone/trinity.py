@@ -60,10 +60,11 @@ def run(ctx: Any) -> None:
 
         config = checked_config(path, ctx.run_dir.tensorboard)
         connect(config, worker_env(cpu_mode(ctx.config)))
-        monitor = health.start(config, ctx.config, root, n_val)  # noqa: F841 (held: the actor lives as long)
+        counter = health.start(config, ctx.config, root, n_val)  # held for the run: the actor lives as long
         from trinity.cli.launcher import run_stage
 
         status = run_stage(config)  # its own ray.init finds this connection and keeps it
+        del counter
         reason = health.failure(root)
         if reason:
             raise RunFailed(reason)

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 from agentscope.message import TextBlock
 from agentscope.tool import ToolResponse
