@@ -52,12 +52,13 @@ def warm_model(tmp_path_factory):
     return path
 
 
-def experiences(db):
+def experiences(db, table="experiences"):
+    """(reward, Experience) rows of one of Trinity's SQLite buffers."""
     from trinity.common.experience import Experience
 
     with sqlite3.connect(db) as conn:
-        rows = conn.execute("SELECT e.reward, b.experience_bytes FROM experiences e "
-                            "JOIN experiences_blob b ON e.id = b.id").fetchall()
+        rows = conn.execute(f"SELECT e.reward, b.experience_bytes FROM {table} e "
+                            f"JOIN {table}_blob b ON e.id = b.id").fetchall()
     return [(reward, Experience.deserialize(blob)) for reward, blob in rows]
 
 
@@ -84,6 +85,9 @@ def test_trinitys_explorer_runs_the_tool_using_agent_on_the_cpu(warm_model, tmp_
         assert all(lp <= 0 for lp, m in zip(exp.logprobs.tolist(), mask) if m)
         assert exp.info["num_calls"] >= 2 and reward == exp.reward and exp.advantages is not None
     assert {r for r, _ in kept} == {0.0, 1.0}
+    # every experience the explorer produced (before the pipeline's filter): 4 tasks × 2 episodes × 2 steps
+    produced = experiences(root / "trajectories" / "explorer_output.db", table="pipeline_input")
+    assert len({exp.info["episode_uuid"] for _, exp in produced}) == 16 and len(produced) >= 16
 
 
 def test_tune_on_trinity_with_difficulty_based_selection(warm_model, tmp_path):

@@ -147,10 +147,14 @@ def translate_to_trinity(run: RunConfig, root: Path) -> dict[str, Any]:
         translated["algorithm"]["advantage_fn_args"] = {"std_threshold": 0.0 if al.drop_zero_variance_groups else None}
     if cpu:
         translated = deep_merge(translated, cpu_overrides(root))
+    # ExperiencePipelineConfig.input_save_path: every experience the explorer produced, before any operator or
+    # filter (Trinity's SQLite buffer, what `trinity view` reads), kept in the run folder's trajectories/
+    pipeline: dict[str, Any] = {"save_input": True,
+                                "input_save_path": f"sqlite:///{root / 'trajectories' / 'explorer_output.db'}"}
     operators = a.data_processor.experience_pipeline.operators
     if operators:
-        translated["data_processor"] = {"experience_pipeline": {
-            "operators": [{"name": OPERATORS.get(op.name, op.name), "args": dict(op.args)} for op in operators]}}
+        pipeline["operators"] = [{"name": OPERATORS.get(op.name, op.name), "args": dict(op.args)} for op in operators]
+    translated["data_processor"] = {"experience_pipeline": pipeline}
     return deep_merge(translated, run.merged.get("trinity") or {})
 
 
