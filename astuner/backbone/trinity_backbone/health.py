@@ -5,7 +5,7 @@ Trinity catches a workflow's failure, logs it and goes on (a run whose every epi
 exit 0), and its step metrics leave failed runs out. So each `AstunerTrinityWorkflow` reports its
 episode's outcome to one named Ray actor (`RunHealth`, started by the driver on the driver's node). When a
 step's failures pass the limit, the actor writes the reason into the run folder and stops Trinity's
-explorer; the driver then ends the run with that reason (exit code 1).
+explorer and trainer; the driver then ends the run with that reason (exit code 1).
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ class RunHealth:
     """Per step (Trinity's batch id: a number for training, "<step>/<taskset>" for evaluation): episodes,
     failed episodes, the first error."""
 
-    def __init__(self, expected: dict[str, int], max_error_rate: float, explorer: str, namespace: str,
+    def __init__(self, expected: dict[str, int], max_error_rate: float, actors: list[str], namespace: str,
                  failure_file: str):
         self.expected, self.max_error_rate = expected, max_error_rate
-        self.explorer, self.namespace, self.failure_file = explorer, namespace, failure_file
+        self.actors, self.namespace, self.failure_file = actors, namespace, failure_file
         self.steps: dict[str, list[Any]] = {}
         self.reason: Optional[str] = None
 
@@ -40,15 +40,17 @@ class RunHealth:
                            f"({counts[1] / expected:.0%} > astuner.rollout.max_error_rate {self.max_error_rate}); "
                            f"first error: {counts[2]} (tracebacks in the log)")
             Path(self.failure_file).write_text(self.reason, encoding="utf-8")
-            self._stop_explorer()
+            self._stop_trinity()
 
-    def _stop_explorer(self) -> None:
+    def _stop_trinity(self) -> None:
+        """Trinity's explorer (and trainer, which would otherwise wait for experiences that never come)."""
         import ray
 
-        try:
-            ray.kill(ray.get_actor(self.explorer, namespace=self.namespace))
-        except ValueError:  # already gone
-            pass
+        for name in self.actors:
+            try:
+                ray.kill(ray.get_actor(name, namespace=self.namespace))
+            except ValueError:  # not started (explore mode) or already gone
+                pass
 
     def counts(self) -> dict[str, list[Any]]:
         return self.steps
@@ -71,7 +73,8 @@ def start(config: Any, run: Any, root: Path, n_val: int) -> Any:
     node = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
     return ray.remote(RunHealth).options(name=ACTOR_NAME, namespace=config.ray_namespace, num_cpus=0,
                                          scheduling_strategy=node).remote(
-        expected, ro.max_error_rate, config.explorer.name, config.ray_namespace, str(root / FAILURE_FILE))
+        expected, ro.max_error_rate, [config.explorer.name, config.trainer.name], config.ray_namespace,
+        str(root / FAILURE_FILE))
 
 
 def report(namespace: Optional[str], mode: str, step: Any, failed: bool, error: Optional[str]) -> None:

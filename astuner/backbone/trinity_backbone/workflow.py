@@ -42,7 +42,8 @@ def report_outcome(mode: str, step: Any, episode: EpisodeResult) -> None:
 
     from astuner.backbone.trinity_backbone.health import report
 
-    report(ray.get_runtime_context().namespace, mode, step, episode.failed, episode.error)
+    if ray.is_initialized():  # inside Trinity's runners; not when the workflow is driven directly
+        report(ray.get_runtime_context().namespace, mode, step, episode.failed, episode.error)
 
 
 class AstunerTrinityWorkflow(TrinityWorkflow):
