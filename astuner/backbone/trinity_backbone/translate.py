@@ -13,6 +13,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from loguru import logger
+
 from astuner.backbone.trinity_backbone.resources import check_supported, trinity_mode
 from astuner.backbone.translate_common import cpu_mode, deep_merge, plugin_roots
 from astuner.config import RunConfig
@@ -142,9 +144,16 @@ def translate_to_trinity(run: RunConfig, root: Path) -> dict[str, Any]:
     }
     user_algorithm = (run.merged.get("trinity") or {}).get("algorithm") or {}
     if not {"algorithm_type", "advantage_fn"} & set(user_algorithm):  # another advantage fn may not take it
-        # AlgorithmConfig.advantage_fn_args -> GRPOGroupedAdvantage / StepWiseGRPOAdvantageFn(std_threshold): groups
-        # whose reward std is <= 0.0 (all rewards equal, or a single episode) are dropped, as astuner drops them
-        translated["algorithm"]["advantage_fn_args"] = {"std_threshold": 0.0 if al.drop_zero_variance_groups else None}
+        # AlgorithmConfig.advantage_fn_args -> GRPOGroupedAdvantage / StepWiseGRPOAdvantageFn(std_threshold): None
+        # keeps groups whose rewards are all equal, with advantage 0. Dropping them (std_threshold 0.0, astuner's
+        # drop_zero_variance_groups) stalls Trinity: its trainer reads a fixed train_batch_size of experiences per
+        # step (QueueReader), the explorer waits for that step's weights, so a short step waits out the read
+        # timeout (1800 s) and the trainer stops
+        translated["algorithm"]["advantage_fn_args"] = {"std_threshold": None}
+        if al.drop_zero_variance_groups:
+            logger.info("trinity: groups whose rewards are all equal stay in the batch with advantage 0 "
+                        "(astuner.trainer_common.algorithm.drop_zero_variance_groups cannot drop them: Trinity's "
+                        "trainer reads a fixed number of experiences per step)")
     if cpu:
         translated = deep_merge(translated, cpu_overrides(root))
     # ExperiencePipelineConfig.input_save_path: every experience the explorer produced, before any operator or
