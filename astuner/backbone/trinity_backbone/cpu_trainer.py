@@ -1,0 +1,88 @@
+"""Trinity-RFT's trainer (its bundled verl 0.8, FSDP2) on the CPU: the trinity backbone's CPU mode.
+
+Loaded through verl's own plug-in hook (`VERL_USE_EXTERNAL_MODULES`, read when `verl` is imported), which the
+CPU mode sets for its Ray workers only; each change below applies when its module is first imported, so a
+process that never builds a trainer is not touched beyond the first two. Trinity's and verl's installed files
+stay as they are. verl 0.8 already answers "cpu" for the device without CUDA; what it lacks:
+
+- memory calls on `torch.cpu` (verl calls `empty_cache`, `memory_allocated`, `mem_get_info`, ... on its
+  device module after each batch): no-ops, and the host's memory for `mem_get_info`;
+- a CUDA capability: Trinity's model builder asks `torch.cuda.get_device_capability(0)` (to decide whether
+  FSDP2 ranks start on the meta device); without CUDA it is (0, 0), which starts every rank on the CPU;
+- process groups over gloo alone (verl asks for "cpu:gloo,cpu:nccl");
+- verl's FSDP engine registered for the device "cpu" (it is registered for "cuda" and "npu"; the engine is
+  device-generic), and its CPU offload for the forward-only reference model without pinned memory, which
+  needs an accelerator.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from astuner.backbone.cpu_hooks import after_import, gloo_process_groups
+
+FSDP_ENGINE = "verl.workers.engine.fsdp.transformer_impl"
+
+
+def _noop(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+def _zero(*args: Any, **kwargs: Any) -> int:
+    return 0
+
+
+def _host_memory(*args: Any, **kwargs: Any) -> tuple[int, int]:
+    import psutil
+
+    memory = psutil.virtual_memory()
+    return memory.available, memory.total
+
+
+def cpu_memory_calls() -> None:
+    for name, call in (("empty_cache", _noop), ("reset_peak_memory_stats", _noop), ("ipc_collect", _noop),
+                       ("memory_allocated", _zero), ("memory_reserved", _zero), ("max_memory_allocated", _zero),
+                       ("max_memory_reserved", _zero), ("mem_get_info", _host_memory)):
+        if not hasattr(torch.cpu, name):
+            setattr(torch.cpu, name, call)
+
+
+def no_cuda_capability() -> None:
+    if torch.cuda.is_available() or getattr(torch.cuda.get_device_capability, "astuner_cpu", False):
+        return
+
+    def get_device_capability(*args: Any, **kwargs: Any) -> tuple[int, int]:
+        return 0, 0
+
+    get_device_capability.astuner_cpu = True  # type: ignore[attr-defined]
+    torch.cuda.get_device_capability = get_device_capability  # type: ignore[assignment]
+
+
+def fsdp_engine_on_cpu(module: Any) -> None:
+    from verl.workers.engine.base import EngineRegistry
+
+    for backends in EngineRegistry._engines.values():
+        for devices in backends.values():
+            if "cuda" in devices:
+                devices.setdefault("cpu", devices["cuda"])
+    original = module.CPUOffloadPolicy
+    if original is None or getattr(original, "astuner_cpu", False):
+        return
+
+    def cpu_offload_policy(*args: Any, **kwargs: Any) -> Any:
+        return original(*args, **{**kwargs, "pin_memory": False})
+
+    cpu_offload_policy.astuner_cpu = True  # type: ignore[attr-defined]
+    module.CPUOffloadPolicy = cpu_offload_policy
+
+
+def install() -> None:
+    cpu_memory_calls()
+    no_cuda_capability()
+    after_import("verl.utils.distributed", gloo_process_groups)
+    after_import(FSDP_ENGINE, fsdp_engine_on_cpu)
+
+
+install()
