@@ -70,6 +70,10 @@ def run(ctx: Any) -> None:
         if reason:
             raise RunFailed(reason)
         check_status(status)
+        # a stage Trinity calls successful may still have stopped early on an exception it caught and logged
+        caught = health.caught_error(Path(config.get_checkpoint_job_dir()) / "log")
+        if caught:
+            raise RunFailed(caught)
     finally:
         cluster.stop()
 

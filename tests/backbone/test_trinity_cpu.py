@@ -25,19 +25,26 @@ def trinity_checked(overrides, tmp_path, conf=TOOL):
     return load_config(str(path)).check_and_update()
 
 
-def test_cpu_mode_is_trinitys_explore_mode_on_one_engine(tmp_path, tiny_model_dir, monkeypatch):
+def test_cpu_mode_is_explorer_and_trainer_on_the_cpu(tmp_path, tiny_model_dir, monkeypatch):
+    from trinity.trainer.verl.config import build_verl_config
+
     monkeypatch.chdir(REPO_ROOT)
     # the tool tutorial asks for 8 episodes at once; 2 engines would need 2 GPUs on the GPU road
     cfg = trinity_checked([f"astuner.model.path={tiny_model_dir}", "astuner.trainer_common.device=cpu",
                            "astuner.trainer_common.trinity_only__n_vllm_engine=2"], tmp_path)
-    assert cfg.mode == "explore" and cfg.cluster.total_gpu_num == 1 and cfg.cluster.explorer_gpu_num == 1
+    assert cfg.mode == "both" and cfg.cluster.total_gpu_num == 2  # logical GPUs of the run's Ray head
+    assert cfg.cluster.explorer_gpu_num == 1 and cfg.cluster.trainer_gpu_num == 1
     model = cfg.explorer.rollout_model
     assert model.engine_num == 1 and model.tensor_parallel_size == 1
     assert model.enforce_eager and model.dtype == "float32"
-    assert cfg.synchronizer.sync_method.value == "checkpoint"
-    buffer = cfg.buffer.trainer_input.experience_buffer  # experiences kept in the run folder, whole
-    assert buffer.storage_type == "sql" and buffer.path == f"sqlite:///{tmp_path / 'experiences.db'}"
+    assert cfg.synchronizer.sync_method.value == "checkpoint"  # weights through the trainer's checkpoints
     assert cfg.explorer.runner_per_model == 4  # max_env_worker 8 = 4 runners × num_repeat 2
+    verl = build_verl_config(cfg)  # what Trinity's trainer hands its verl 0.8 workers
+    assert verl.actor.strategy == "fsdp2" and not verl.actor.use_remove_padding and not verl.actor.use_torch_compile
+    for role in (verl.actor, verl.ref):
+        assert dict(role.fsdp_config.mixed_precision) == {"param_dtype": "fp32", "reduce_dtype": "fp32",
+                                                           "buffer_dtype": "fp32"}
+    assert verl.model.override_config.attn_implementation == "sdpa"
 
 
 def test_device_auto_without_a_gpu_is_the_cpu_mode(tmp_path, tiny_model_dir, monkeypatch):
@@ -45,7 +52,7 @@ def test_device_auto_without_a_gpu_is_the_cpu_mode(tmp_path, tiny_model_dir, mon
 
     monkeypatch.chdir(REPO_ROOT)
     monkeypatch.setattr(translate_common, "gpu_present", lambda: False)
-    assert trinity_checked([f"astuner.model.path={tiny_model_dir}"], tmp_path).mode == "explore"
+    assert trinity_checked([f"astuner.model.path={tiny_model_dir}"], tmp_path).mode == "both"
     monkeypatch.setattr(translate_common, "gpu_present", lambda: True)
     assert trinity_checked([f"astuner.model.path={tiny_model_dir}"], tmp_path).mode == "colocate"
 

@@ -12,7 +12,9 @@ stay as they are. verl 0.8 already answers "cpu" for the device without CUDA; wh
 - process groups over gloo alone (verl asks for "cpu:gloo,cpu:nccl");
 - verl's FSDP engine registered for the device "cpu" (it is registered for "cuda" and "npu"; the engine is
   device-generic), and its CPU offload for the forward-only reference model without pinned memory, which
-  needs an accelerator.
+  needs an accelerator;
+- the padding helpers (`unpad_input`, `pad_input`, ...) from verl's own PyTorch implementation (written for
+  NPUs) instead of flash-attn's, which is CUDA-only and not installed.
 """
 
 from __future__ import annotations
@@ -78,11 +80,23 @@ def fsdp_engine_on_cpu(module: Any) -> None:
     module.CPUOffloadPolicy = cpu_offload_policy
 
 
+def torch_padding_helpers(module: Any) -> None:
+    def get_attention_functions() -> tuple[Any, Any, Any, Any]:
+        from verl.utils import npu_flash_attn_utils as torch_impl
+
+        functions = (torch_impl.index_first_axis, torch_impl.pad_input, torch_impl.rearrange, torch_impl.unpad_input)
+        module._index_first_axis, module._pad_input, module._rearrange, module._unpad_input = functions
+        return functions
+
+    module._get_attention_functions = get_attention_functions
+
+
 def install() -> None:
     cpu_memory_calls()
     no_cuda_capability()
     after_import("verl.utils.distributed", gloo_process_groups)
     after_import(FSDP_ENGINE, fsdp_engine_on_cpu)
+    after_import("verl.utils.attention_utils", torch_padding_helpers)
 
 
 install()

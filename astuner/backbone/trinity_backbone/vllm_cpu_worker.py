@@ -2,19 +2,19 @@
 process): vLLM's CPU worker plus what Trinity asks of its own worker class.
 
 Weights reach it from Trinity's checkpoints (`synchronizer.sync_method: checkpoint`): Trinity's engine
-actor asks for a weight update with the folder of the trainer's step (`global_step_<n>/actor`, Hugging Face
-safetensors); the worker loads it with vLLM's own `reload_weights`, which restores the checkpoint-format
-layers, loads and repacks them for the CPU kernels. No weight-transfer engine is configured: Trinity's
+actor asks for a weight update with the folder of the trainer's step (`global_step_<n>/actor`); the worker
+reads it with Trinity's own checkpoint reader and loads it with vLLM's `reload_weights`, which restores the
+checkpoint-format layers, loads and repacks them for the CPU kernels. No weight-transfer engine is configured: Trinity's
 "checkpoint" backend rendezvouses over NCCL and implements vLLM 0.19–0.23's interface."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
+from vllm.logger import init_logger
 from vllm.v1.worker.cpu_worker import CPUWorker
 
-logger = logging.getLogger(__name__)
+logger = init_logger(__name__)
 
 
 class TrinityCPUWorker(CPUWorker):
@@ -44,7 +44,15 @@ class TrinityCPUWorker(CPUWorker):
         if not path:
             raise RuntimeError("the trinity backbone's CPU mode loads weights from Trinity's checkpoints only "
                                f"(synchronizer.sync_method: checkpoint); got {sorted(info or {})}")
-        self.reload_weights(weights_path=path, is_checkpoint_format=True)
+        from trinity.common.models.utils import load_state_dict
+
+        loaded = load_state_dict(path)  # Trinity's own reader of its checkpoint formats
+        if isinstance(loaded, dict):
+            self.reload_weights(weights_iterator=list(loaded.items()), is_checkpoint_format=True)
+        elif loaded[0] == "huggingface":
+            self.reload_weights(weights_path=loaded[1], is_checkpoint_format=True)
+        else:
+            raise RuntimeError(f"the trinity backbone's CPU mode cannot load a {loaded[0]} checkpoint ({path})")
         logger.info(f"weights reloaded from {path}")
         return None
 
