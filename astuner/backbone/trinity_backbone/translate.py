@@ -59,7 +59,7 @@ def translate_to_trinity(run: RunConfig, root: Path) -> dict[str, Any]:
     data_dir = root / "trinity_data"
     check_supported(run)
     cpu = cpu_mode(run)
-    # colocate on one GPU, else explorer and trainer split the GPUs; explore only on the CPU
+    # colocate on one GPU, else explorer and trainer split the GPUs; on the CPU both, on logical GPUs
     mode, engines = trinity_mode(run, cpu)
     translated: dict[str, Any] = {
         "mode": mode,
@@ -156,7 +156,7 @@ def translate_to_trinity(run: RunConfig, root: Path) -> dict[str, Any]:
                         "(astuner.trainer_common.algorithm.drop_zero_variance_groups cannot drop them: Trinity's "
                         "trainer reads a fixed number of experiences per step)")
     if cpu:
-        translated = deep_merge(translated, cpu_overrides(root))
+        translated = deep_merge(translated, cpu_overrides())
     # ExperiencePipelineConfig.input_save_path: every experience the explorer produced, before any operator or
     # filter (Trinity's SQLite buffer, what `trinity view` reads), kept in the run folder's trajectories/
     pipeline: dict[str, Any] = {"save_input": True,
@@ -168,7 +168,7 @@ def translate_to_trinity(run: RunConfig, root: Path) -> dict[str, Any]:
     return deep_merge(translated, run.merged.get("trinity") or {})
 
 
-def cpu_overrides(root: Path) -> dict[str, Any]:
+def cpu_overrides() -> dict[str, Any]:
     """Trinity on the CPU: vLLM in fp32 and eager (the CPU build has no CUDA graphs); the trainer's verl in
     fp32 with FSDP2, PyTorch's own attention (no flash-attn), no padding removal (a flash-attn path) and no
     torch.compile; weights reach vLLM through the trainer's checkpoints (NCCL needs GPUs)."""
