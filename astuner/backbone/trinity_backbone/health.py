@@ -52,9 +52,6 @@ class RunHealth:
             except ValueError:  # not started (explore mode) or already gone
                 pass
 
-    def counts(self) -> dict[str, list[Any]]:
-        return self.steps
-
 
 def last_line(error: Optional[str]) -> str:
     lines = (error or "").strip().splitlines()
