@@ -39,6 +39,7 @@ def test_cpu_mode_is_explorer_and_trainer_on_the_cpu(tmp_path, tiny_model_dir, m
     assert model.enforce_eager and model.dtype == "float32"
     assert cfg.synchronizer.sync_method.value == "checkpoint"  # weights through the trainer's checkpoints
     assert cfg.explorer.runner_per_model == 4  # max_env_worker 8 = 4 runners × num_repeat 2
+    assert cfg.explorer.max_retry_times == 0  # a failed episode is counted once, not run again
     verl = build_verl_config(cfg)  # what Trinity's trainer hands its verl 0.8 workers
     assert verl.actor.strategy == "fsdp2" and not verl.actor.use_remove_padding and not verl.actor.use_torch_compile
     for role in (verl.actor, verl.ref):

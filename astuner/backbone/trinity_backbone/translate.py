@@ -119,6 +119,10 @@ def translate_to_trinity(run: RunConfig, root: Path) -> dict[str, Any]:
             # cannot repeat itself): max_env_worker episodes at once over all engines
             "runner_per_model": max(1, math.ceil(ro.max_env_worker / (engines * ro.num_repeat))),
             "max_timeout": int(ro.episode_timeout_s) if ro.episode_timeout_s else 1800,
+            # ExplorerConfig.max_retry_times: a task whose episodes all failed is not run again (Trinity's default
+            # retries it twice): as on the debug backbone, a failed episode counts as failed (its side effects on
+            # an environment happened once) and towards rollout.max_error_rate
+            "max_retry_times": 0,
             "concurrent_mode": "asynchronous",
             "eval_interval": tc.test_freq if tc.test_freq > 0 else 10**9,
             "eval_on_startup": tc.val_before_train,
