@@ -8,7 +8,6 @@ and the generated `trinity_config.yaml`; then Trinity's own launcher stages run 
 from __future__ import annotations
 
 import importlib.util
-import re
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +115,8 @@ def check_status(status: Any) -> None:
     `SomeError: ...` line is the cause."""
     if status is None or getattr(status, "success", True):
         return
+    from astuner.backbone.trinity_backbone.health import ANSI, EXCEPTION_LINE
+
     error = getattr(status, "error", None)
     if error is None:
         cause = "no cause reported"
@@ -128,6 +129,3 @@ def check_status(status: Any) -> None:
             cause = f"{error.type_name}: {lines[0] if lines else ''}"
     raise RunFailed(f"Trinity-RFT's {status.stage} stage failed: {cause}")
 
-
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)(\(\w+\))?: ")

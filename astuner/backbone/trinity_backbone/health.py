@@ -10,10 +10,13 @@ explorer and trainer; the driver then ends the run with that reason (exit code 1
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Optional
 
 ACTOR_NAME = "astuner_run_health"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Ray's colours in the messages it forwards
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)(\(\w+\))?: ")  # "KeyError: ..."
 FAILURE_FILE = "trinity_failure.txt"
 
 
@@ -99,8 +102,6 @@ CAUGHT = {"explorer": "Error in Explorer:", "trainer": "Error in Trainer:"}
 def caught_error(log_dir: Path) -> Optional[str]:
     """The first of Trinity's explorer / trainer that stopped on an exception, with the exception's line,
     from Trinity's own logs (`<checkpoint job dir>/log/<role>.log`); None when neither did."""
-    import re
-
     for role in ("trainer", "explorer"):
         path = Path(log_dir) / f"{role}.log"
         if not path.exists():
@@ -113,6 +114,6 @@ def caught_error(log_dir: Path) -> Optional[str]:
         tag = first[:first.index(CAUGHT[role])]
         tag = re.sub(r"\d\d:\d\d:\d\d", "", tag).strip()  # "ERROR 11-22 [trainer.py:156]" without the time
         block = [line.split("] ", 1)[-1] for line in lines[starts[0]:] if tag.split()[-1] in line]
-        raised = [line.strip() for line in block if re.match(r"^[A-Za-z_][\w.]*(Error|Exception)(\(\w+\))?: ", line.strip())]
+        raised = [line.strip() for line in block if EXCEPTION_LINE.match(line.strip())]
         return f"Trinity's {role} stopped on an error: {raised[-1] if raised else first.strip()}"
     return None
