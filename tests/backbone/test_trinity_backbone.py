@@ -5,6 +5,7 @@ workflow turns an episode into Experiences with correct action masks. Skipped wh
 from __future__ import annotations
 
 import asyncio
+import logging
 from types import SimpleNamespace
 
 import pytest
@@ -194,20 +195,77 @@ def advantages_kept(cfg):
     return sorted(exp.eid.task for exp in kept)
 
 
+def pipeline_step(cfg, exps):
+    """One explorer step's experiences through the operators Trinity's ExperiencePipeline builds from `cfg`
+    (ours, then the algorithm's advantage fn), in its order: what the trainer's queue receives."""
+    from trinity.buffer.operators.experience_operator import create_operators
+    from trinity.buffer.pipelines.experience_pipeline import ExperiencePipeline
+
+    pipeline = ExperiencePipeline.__new__(ExperiencePipeline)  # its assembly, without its buffers and actors
+    pipeline.operators, pipeline.auxiliary_models = create_operators(
+        cfg.data_processor.experience_pipeline.operators), {}
+    pipeline._set_algorithm_operators(cfg.algorithm)
+    metrics = {}
+    for operator in pipeline.operators:
+        exps, metric = asyncio.run(operator.process(exps))
+        metrics.update(metric)
+    return exps, metrics
+
+
+def uneven_step():
+    """Task 0: two episodes with equal rewards. Task 1: rewards 0 and 1, the second episode in two samples.
+    (An episode that failed has no experience.)"""
+    import torch
+    from trinity.common.experience import EID, Experience
+
+    rows = [(0, 0, 1.0, "a"), (0, 1, 1.0, "b"), (1, 0, 0.0, "c"), (1, 1, 1.0, "d"), (1, 1, 1.0, "d")]
+    return [Experience(eid=EID(batch=1, task=task, run=run), tokens=torch.tensor([1, 2, 3, 4]), prompt_length=2,
+                       reward=reward, logprobs=torch.tensor([-0.5, -0.5]), action_mask=torch.tensor([True, True]),
+                       info={"episode_uuid": episode, "model_version": 0})
+            for task, run, reward, episode in rows]
+
+
 @pytest.mark.parametrize("adv_estimator", ["grpo", "multi_step_grpo"])
-def test_zero_variance_groups_stay_in_trinitys_batch(tmp_path, tiny_model_dir, gsm8k_dir, monkeypatch,
-                                                     adv_estimator):
-    """Trinity's trainer reads a fixed number of experiences per step: a group dropped by the advantage fn
-    (std_threshold 0.0) leaves the step short and the trainer waiting out its read timeout; such groups stay,
-    with advantage 0, whatever drop_zero_variance_groups says."""
+def test_every_explorer_step_fills_exactly_one_trainer_step(tmp_path, tiny_model_dir, gsm8k_dir, monkeypatch,
+                                                            adv_estimator):
+    """Trinity's trainer reads buffer.train_batch_size experiences per step and splits them into mini-batches
+    of that size: a step with fewer (failed episodes, dropped groups) left it waiting out its read timeout,
+    more (multi-sample episodes) spilled into the next step. Each step is padded to the most it can yield,
+    with rows that carry no loss; drop_zero_variance_groups drops (an operator, before the padding)."""
+    from trinity.trainer.verl.utils import to_data_proto
+
     monkeypatch.chdir(REPO_ROOT)
     al = "astuner.trainer_common.algorithm"
+    small = ("astuner.data.train_batch_size=2", "astuner.rollout.num_repeat=2",
+             "astuner.rollout.multi_turn.max_sample_per_task=2", f"{al}.adv_estimator={adv_estimator}")
     (tmp_path / "on").mkdir(), (tmp_path / "off").mkdir()
-    cfg, _, _ = trinity_loss(tmp_path / "on", tiny_model_dir, gsm8k_dir, f"{al}.adv_estimator={adv_estimator}")
-    assert cfg.algorithm.advantage_fn_args["std_threshold"] is None and advantages_kept(cfg) == [0, 0, 1, 1]
-    cfg, _, _ = trinity_loss(tmp_path / "off", tiny_model_dir, gsm8k_dir, f"{al}.adv_estimator={adv_estimator}",
+    cfg, _, verl = trinity_loss(tmp_path / "on", tiny_model_dir, gsm8k_dir, *small)
+    assert cfg.buffer.train_batch_size == 2 * 2 * 2 == cfg.buffer.trainer_input.experience_buffer.batch_size
+    assert verl.actor.ppo_mini_batch_size == 8  # one optimizer step per trainer step
+    exps, metrics = pipeline_step(cfg, uneven_step())
+    real = [exp for exp in exps if not exp.info.get("astuner_padding")]
+    assert len(exps) == 8 and metrics["padding"] == 5
+    assert sorted(exp.info["episode_uuid"] for exp in real) == ["c", "d", "d"]  # task 0's equal rewards dropped
+    assert all(abs(float(exp.advantages.sum())) > 0 for exp in real)
+    padding = [exp for exp in exps if exp.info.get("astuner_padding")]
+    assert all(not exp.action_mask.any() and float(exp.advantages.abs().sum()) == 0 for exp in padding)
+    batch = to_data_proto(exps, 0, None, logging.getLogger("test"))  # Trinity's conversion for its verl trainer takes the padded step
+    assert batch.batch["response_mask"].sum(-1).tolist() == [2, 2, 2, 0, 0, 0, 0, 0]
+
+    cfg, _, _ = trinity_loss(tmp_path / "off", tiny_model_dir, gsm8k_dir, *small,
                              f"{al}.drop_zero_variance_groups=false")
-    assert cfg.algorithm.advantage_fn_args["std_threshold"] is None and advantages_kept(cfg) == [0, 0, 1, 1]
+    exps, metrics = pipeline_step(cfg, uneven_step())
+    assert len(exps) == 8 and metrics["padding"] == 3  # task 0 kept, with advantage 0
+    assert cfg.algorithm.advantage_fn_args["std_threshold"] is None
+
+
+def test_trinity_step_size_below_what_a_step_yields_is_refused(tmp_path, tiny_model_dir, gsm8k_dir, monkeypatch):
+    from astuner.errors import ConfigError
+
+    monkeypatch.chdir(REPO_ROOT)
+    with pytest.raises(ConfigError, match="trinity.buffer.train_batch_size 8 is below what one explorer step"):
+        trinity_loss(tmp_path, tiny_model_dir, gsm8k_dir, "astuner.data.train_batch_size=2",
+                     "astuner.rollout.num_repeat=2", "+trinity.buffer.train_batch_size=8")
 
 
 def test_users_trinity_advantage_fn_gets_no_translated_args(tmp_path, tiny_model_dir, gsm8k_dir, monkeypatch):

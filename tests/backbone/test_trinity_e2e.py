@@ -102,6 +102,47 @@ def test_trinity_trains_the_tool_using_agent_on_the_cpu(warm_model, tmp_path):
     assert len(first) >= 8 and all(exp.info["num_calls"] >= 2 for exp in first)
 
 
+def test_trinity_trains_steps_whose_episodes_yield_0_1_or_2_samples(warm_model, tmp_path):
+    """Episodes that fail (no sample) and episodes with two contexts (two samples) in one step: Trinity's
+    trainer still takes explorer step t's experiences, all of them, as trainer step t, and neither side waits
+    (a short step used to leave the trainer waiting out its read timeout: 60 s here, then exit 1)."""
+    proc = astuner(tmp_path, f"astuner.model.path={warm_model}", "astuner.experiment_name=uneven",
+                   f"astuner.rollout.agentscope_workflow='{REPO_ROOT / 'tests' / 'backbone' / 'uneven_agent.py'}"
+                   f"->UnevenWorkflow'", "astuner.rollout.max_error_rate=1.0", "astuner.trainer_common.test_freq=-1",
+                   "astuner.trainer_common.total_training_steps=3", "astuner.trainer_common.save_freq=3",
+                   "+trinity.buffer.trainer_input.experience_buffer.max_read_timeout=60")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    root = tmp_path / "runs" / "uneven"
+    produced = [exp for _, exp in experiences(root / "trajectories" / "explorer_output.db", table="pipeline_input")]
+    per_episode: dict = {}
+    for exp in produced:
+        per_episode.setdefault(exp.info["episode_uuid"], []).append(exp)
+    numbers = {int(exp.info["task_id"].rsplit("-", 1)[-1]) for exp in produced}
+    assert numbers and all(n % 3 for n in numbers)  # failed episodes gave no experience
+    assert len(per_episode) < 3 * 4 * 2  # and some failed (the task order is the seeded shuffle's)
+    assert any(len(exps) == 2 for exps in per_episode.values())  # a task one past a multiple of 3: two samples
+    # what reaches the trainer: each step's experiences less the groups drop_zero_variance_groups drops (a
+    # task whose episodes' rewards are all equal, or that kept one episode)
+    kept = {1: 0, 2: 0, 3: 0}
+    for step in kept:
+        tasks: dict = {}
+        for exp in produced:
+            if exp.info["model_version"] == step - 1:
+                tasks.setdefault(exp.info["task_id"], []).append(exp)
+        for exps in tasks.values():
+            rewards = {exp.info["episode_uuid"]: exp.reward for exp in exps}
+            if len(rewards) > 1 and len(set(rewards.values())) > 1:
+                kept[step] += len(exps)
+
+    explorer = scalars(root / "tensorboard" / "explorer")
+    assert explorer["rollout/model_version"] == {1: 0, 2: 1, 3: 2}  # each step on the previous update
+    padding = explorer["experience_pipeline/padding"]  # 4 tasks × 2 episodes × max_sample_per_task 2
+    assert padding == {step: 16 - n for step, n in kept.items()}
+    trainer = scalars(root / "tensorboard" / "trainer")
+    assert set(trainer["actor/grad_norm"]) == {1, 2, 3}
+    assert (root / "checkpoints" / "tool_cpu" / "uneven" / "global_step_3" / "actor").is_dir()
+
+
 def test_tune_on_trinity_with_difficulty_based_selection(warm_model, tmp_path):
     """The function API on Trinity, with Trinity's BOTS selector over two pass-rate features (random numbers
     here: the test is about the machinery) and our per-episode `pass_rate_calculator` feeding it."""

@@ -6,14 +6,21 @@ episode's reward, so an episode split into more samples would weigh more. These 
 experience per episode (`info.episode_uuid`) for the statistic, as the debug backbone does
 (`astuner.data.operators`), and are otherwise Trinity's operators: the same metrics, the same feedback to
 Trinity's task selector. `reward_filter` keeps or drops single experiences and is used unchanged.
+
+`StepPadding`, always last of these operators, makes every explorer step hand the trainer the same number of
+experiences (see its docstring).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from trinity.buffer.operators.experience_operator import ExperienceOperator
 from trinity.buffer.operators.filters.reward_filter import RewardSTDFilter
 from trinity.buffer.operators.mappers.pass_rate_calculator import PassRateCalculator
+from trinity.common.experience import EID, Experience
+
+PADDING_TASK = "astuner-padding"
 
 
 def one_per_episode(exps: list[Any]) -> list[Any]:
@@ -37,3 +44,36 @@ class EpisodeRewardSTDFilter(RewardSTDFilter):
         result = [exp for exp in exps if exp.eid.tid in groups]
         metrics["operator_filtered_count"] = len(exps) - len(result)
         return result, metrics
+
+
+class StepPadding(ExperienceOperator):
+    """Every explorer step's experiences, padded to `size` (train_batch_size × num_repeat × max_sample_per_task,
+    Trinity's `buffer.train_batch_size`) with experiences that train nothing.
+
+    Trinity's trainer reads a fixed number of experiences per step (its queue reader) and its verl trainer
+    splits them into mini-batches of that same fixed size. An astuner episode yields 0 (failed, timed out,
+    made no call) … `max_sample_per_task` experiences, and filters drop groups, so a step's count varies: a
+    short step would leave the trainer waiting out its read timeout while the explorer waits for its weights;
+    a long one would spill into the next trainer step. Padded to the upper bound, trainer step t trains on
+    exactly explorer step t's experiences in one optimizer step, as on the debug backbone. A padding row is one
+    token with no loss mask (advantage 0): no policy, KL or entropy term. Trinity's own per-row trainer
+    metrics (critic/score, response_length, prompt_length) count these rows; `experience_pipeline/padding`
+    says how many there were."""
+
+    def __init__(self, size: int):
+        self.size = int(size)
+
+    def process(self, exps: list[Any]) -> tuple[list[Any], dict]:
+        if len(exps) > self.size:
+            raise ValueError(f"{len(exps)} experiences in one explorer step, more than the {self.size} its trainer "
+                             f"step takes (buffer.train_batch_size); leave trinity.buffer.train_batch_size to astuner")
+        versions = [exp.info.get("model_version", 0) for exp in exps]
+        batch = exps[0].eid.batch if exps else ""
+        pad = [padding_experience(batch, max(versions, default=0)) for _ in range(self.size - len(exps))]
+        return exps + pad, {"padding": len(pad)}
+
+
+def padding_experience(batch: Any, model_version: int) -> Any:
+    """A one-token response after a one-token prompt, masked out, reward 0: it adds no loss term."""
+    return Experience(eid=EID(batch=batch, task=PADDING_TASK), tokens=[0, 0], prompt_length=1, logprobs=[0.0],
+                      action_mask=[False], reward=0.0, info={"astuner_padding": True, "model_version": model_version})

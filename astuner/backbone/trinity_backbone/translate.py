@@ -18,6 +18,7 @@ from loguru import logger
 from astuner.backbone.trinity_backbone.resources import check_supported, trinity_mode
 from astuner.backbone.translate_common import cpu_mode, deep_merge, plugin_roots
 from astuner.config import RunConfig
+from astuner.errors import ConfigError
 from astuner.task_reader import has_validation
 
 WORKFLOW_TYPE = "astuner.backbone.trinity_backbone.workflow.AstunerTrinityWorkflow"
@@ -28,6 +29,7 @@ KL_LOSS_FNS = {"low_var_kl": "low_var_kl", "kl": "k1"}
 # astuner's operators whose statistic is over episodes -> the Trinity operators that compute it so (operators.py)
 OPERATORS = {"pass_rate_calculator": "astuner.backbone.trinity_backbone.operators.EpisodePassRateCalculator",
              "reward_std_filter": "astuner.backbone.trinity_backbone.operators.EpisodeRewardSTDFilter"}
+PADDING = "astuner.backbone.trinity_backbone.operators.StepPadding"
 
 
 def taskset(name: str, path: Path, split: str, run: RunConfig, mode: str) -> dict[str, Any]:
@@ -104,7 +106,8 @@ def translate_to_trinity(run: RunConfig, root: Path) -> dict[str, Any]:
         },
         "buffer": {
             "batch_size": a.data.train_batch_size,
-            "train_batch_size": a.data.train_batch_size * ro.num_repeat,
+            # experiences per trainer step: each explorer step's, padded to its upper bound (operators.StepPadding)
+            "train_batch_size": step_experiences(run),
             "total_epochs": tc.total_epochs,
             "total_steps": tc.total_training_steps,
             "explorer_input": {
@@ -150,26 +153,41 @@ def translate_to_trinity(run: RunConfig, root: Path) -> dict[str, Any]:
     user_algorithm = (run.merged.get("trinity") or {}).get("algorithm") or {}
     if not {"algorithm_type", "advantage_fn"} & set(user_algorithm):  # another advantage fn may not take it
         # AlgorithmConfig.advantage_fn_args -> GRPOGroupedAdvantage / StepWiseGRPOAdvantageFn(std_threshold): None
-        # keeps groups whose rewards are all equal, with advantage 0. Dropping them (std_threshold 0.0, astuner's
-        # drop_zero_variance_groups) stalls Trinity: its trainer reads a fixed train_batch_size of experiences per
-        # step (QueueReader), the explorer waits for that step's weights, so a short step waits out the read
-        # timeout (1800 s) and the trainer stops
+        # keeps groups whose rewards are all equal (advantage 0). Trinity runs the advantage fn after our
+        # operators, so a group it dropped would leave the padded step short; drop_zero_variance_groups is an
+        # operator instead (reward_std_filter with threshold 0, below)
         translated["algorithm"]["advantage_fn_args"] = {"std_threshold": None}
-        if al.drop_zero_variance_groups:
-            logger.info("trinity: groups whose rewards are all equal stay in the batch with advantage 0 "
-                        "(astuner.trainer_common.algorithm.drop_zero_variance_groups cannot drop them: Trinity's "
-                        "trainer reads a fixed number of experiences per step)")
     if cpu:
         translated = deep_merge(translated, cpu_overrides())
     # ExperiencePipelineConfig.input_save_path: every experience the explorer produced, before any operator or
     # filter (Trinity's SQLite buffer, what `trinity view` reads), kept in the run folder's trajectories/
     pipeline: dict[str, Any] = {"save_input": True,
                                 "input_save_path": f"sqlite:///{root / 'trajectories' / 'explorer_output.db'}"}
-    operators = a.data_processor.experience_pipeline.operators
-    if operators:
-        pipeline["operators"] = [{"name": OPERATORS.get(op.name, op.name), "args": dict(op.args)} for op in operators]
+    # ExperiencePipelineConfig.operators, run on each explorer step's experiences before Trinity's advantage fn:
+    # the user's, the debug backbone's zero-variance drop, then (after the user's trinity: subtree) the padding
+    # to the trainer's fixed step size
+    operators = [{"name": OPERATORS.get(op.name, op.name), "args": dict(op.args)}
+                 for op in a.data_processor.experience_pipeline.operators]
+    if al.drop_zero_variance_groups:
+        operators.append({"name": OPERATORS["reward_std_filter"], "args": {"threshold": 0.0}})
+    pipeline["operators"] = operators
     translated["data_processor"] = {"experience_pipeline": pipeline}
-    return deep_merge(translated, run.merged.get("trinity") or {})
+    translated = deep_merge(translated, run.merged.get("trinity") or {})
+    size = translated["buffer"]["train_batch_size"]
+    if size < step_experiences(run):
+        raise ConfigError(f"backbone trinity: trinity.buffer.train_batch_size {size} is below what one explorer "
+                          f"step can yield ({step_experiences(run)} = astuner.data.train_batch_size × "
+                          f"rollout.num_repeat × rollout.multi_turn.max_sample_per_task); remove it")
+    operators = list(translated["data_processor"]["experience_pipeline"].get("operators") or [])
+    operators.append({"name": PADDING, "args": {"size": size}})
+    translated["data_processor"]["experience_pipeline"]["operators"] = operators
+    return translated
+
+
+def step_experiences(run: RunConfig) -> int:
+    """The most experiences one explorer step yields: its episodes × the samples an episode keeps at most."""
+    a = run.astuner
+    return a.data.train_batch_size * a.rollout.num_repeat * a.rollout.multi_turn.max_sample_per_task
 
 
 def cpu_overrides() -> dict[str, Any]:

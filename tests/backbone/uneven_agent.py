@@ -1,0 +1,25 @@
+"""The tool-using CPU example's agent with episodes that yield 0, 1 or 2 training samples, for the backbones'
+end-to-end tests: tasks whose number is a multiple of 3 fail (no sample), those one past a multiple of 3 first
+ask the model an unrelated question (a second context, so a second sample), the rest run as written."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tutorial" / "example_tool_cpu"))
+from calc_agent import CalcWorkflow  # noqa: E402
+
+
+def task_number(task_id: str) -> int:
+    return int(task_id.rsplit("-", 1)[-1])
+
+
+class UnevenWorkflow(CalcWorkflow):
+    async def execute(self, workflow_task, model_tuner):
+        number = task_number(workflow_task.task.task_id)
+        if number % 3 == 0:
+            raise RuntimeError("this task's environment is down")
+        if number % 3 == 1:
+            await model_tuner([{"role": "user", "content": "Name a number."}])
+        return await super().execute(workflow_task, model_tuner)
