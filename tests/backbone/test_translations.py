@@ -9,7 +9,7 @@ import sys
 import pytest
 import yaml
 
-from astuner.backbone.trinity_backbone.translate import OPERATORS
+from astuner.backbone.trinity_backbone.translate import OPERATORS, PADDING
 from tests.conftest import REPO_ROOT, run_cli
 
 SEED = "tutorial/example_math_agent/math_agent.yaml"
@@ -68,7 +68,7 @@ def test_trinity_translation_with_the_users_subtree(capsys, monkeypatch):
     taskset = cfg["buffer"]["explorer_input"]["taskset"]
     assert taskset["data_selector"] == {"selector_type": "shuffle", "seed": 42, "feature_keys": [], "kwargs": {}}
     assert taskset["workflow_args"]["astuner_config"].endswith("launcher_record/math_agent/config.yaml")
-    assert cfg["buffer"]["batch_size"] == 264 and cfg["buffer"]["train_batch_size"] == 264 * 4
+    assert cfg["buffer"]["batch_size"] == 264 and cfg["buffer"]["train_batch_size"] == 264 * 4 * 4  # × samples per episode
     assert cfg["monitor"]["cache_dir"].endswith("launcher_record/math_agent/tensorboard")
 
 
@@ -92,8 +92,11 @@ def test_selector_and_operators_reach_the_trinity_config(capsys, monkeypatch):
     selector = cfg["buffer"]["explorer_input"]["taskset"]["data_selector"]
     assert selector == {"selector_type": "difficulty_based", "seed": 42, "feature_keys": ["qwen_0.5b", "qwen_7b"],
                         "kwargs": {"tau": 0}}
-    assert cfg["data_processor"]["experience_pipeline"]["operators"] == [{"name": OPERATORS["pass_rate_calculator"],
-                                                                          "args": {}}]
+    # the user's, then drop_zero_variance_groups (on by default) and the padding to the trainer's step size
+    assert cfg["data_processor"]["experience_pipeline"]["operators"] == [
+        {"name": OPERATORS["pass_rate_calculator"], "args": {}},
+        {"name": OPERATORS["reward_std_filter"], "args": {"threshold": 0.0}},
+        {"name": PADDING, "args": {"size": 264 * 4 * 4}}]
 
 
 @pytest.mark.parametrize("override, named", [

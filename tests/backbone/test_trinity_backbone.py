@@ -35,7 +35,8 @@ def test_generated_config_loads_and_round_trips(prepared):
     cfg = load_config(str(path))
     assert cfg.model.model_path == run.astuner.model.path and cfg.model.max_model_len == 4096
     assert cfg.algorithm.algorithm_type == "grpo" and cfg.algorithm.repeat_times == 4
-    assert cfg.buffer.batch_size == 264 and cfg.buffer.train_batch_size == 264 * 4
+    # experiences per trainer step: tasks × num_repeat × max_sample_per_task (each step padded to it)
+    assert cfg.buffer.batch_size == 264 and cfg.buffer.train_batch_size == 264 * 4 * 4
     assert cfg.explorer.rollout_model.engine_num == 2
     assert cfg.explorer.rollout_model.extra_engine_args == {"max_num_seqs": 40}
     assert cfg.trainer.max_token_len_per_gpu == 13000  # the seed's trinity: subtree
