@@ -19,7 +19,10 @@ def rng_state(engine: Any = None) -> dict[str, Any]:
     import numpy as np
     import torch
 
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    # plain lists, not an ndarray: trainer_state.pt loads with torch.load(weights_only=True)
+    state = {"python": random.getstate(), "numpy": [kind, keys.tolist(), pos, has_gauss, cached],
+             "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     generator = getattr(engine, "generator", None)
@@ -33,7 +36,8 @@ def restore_rng(state: dict[str, Any], engine: Any = None) -> None:
     import torch
 
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -78,6 +82,18 @@ def latest_checkpoint(folder: Path) -> Optional[Path]:
 
 
 def load_trainer_state(checkpoint: Path) -> dict[str, Any]:
+    """Tensors, numbers, strings and containers only (`weights_only`): a run folder can be written by the
+    sandboxed code an agent runs, and a full unpickle would run whatever a planted file says."""
+    import pickle
+
     import torch
 
-    return torch.load(checkpoint / "trainer_state.pt", map_location="cpu", weights_only=False)
+    from astuner.errors import UserError
+
+    path = checkpoint / "trainer_state.pt"
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(f"{path} holds more than tensors and plain values, so it is not loaded ({first}); "
+                        f"resume from another checkpoint or start afresh") from None

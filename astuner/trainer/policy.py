@@ -76,7 +76,9 @@ class PolicyTrainer:
                 self.optimizer.zero_grad(set_to_none=True)
                 for part in split_by_budget(mini, cfg.max_token_len_per_micro_batch):
                     batch = collate(part, self.pad_id, self.device)
-                    logp, entropy = response_logprobs(self.model, batch, temperature, with_entropy=True)
+                    # the full-vocabulary entropy only where it is a loss term (as verl: no actor/entropy then)
+                    logp, entropy = response_logprobs(self.model, batch, temperature,
+                                                      with_entropy=bool(al.entropy_coeff))
                     mask = batch.response_mask
                     pg, clipped = ppo_clip_loss(logp, batch.old_logprobs, batch.advantages, al.clip_ratio_low,
                                                 al.clip_ratio_high)
@@ -90,13 +92,14 @@ class PolicyTrainer:
                         kl = kl_penalty(logp, ref_logp, al.kl_loss_type)
                         loss = loss + al.kl_loss_coef * aggregate(kl, mask, al.loss_agg_mode, token_total, seq_total)
                         add("actor/kl", float((kl * mask).sum().item()) / max(n_tok, 1.0), n_tok)
-                    if al.entropy_coeff:
+                    if entropy is not None:
                         loss = loss - al.entropy_coeff * aggregate(entropy, mask, al.loss_agg_mode, token_total,
                                                                    seq_total)
                     loss.backward()
                     with torch.no_grad():
                         add("actor/pg_loss", float((pg * mask).sum().item()) / max(n_tok, 1.0), n_tok)
-                        add("actor/entropy", float((entropy * mask).sum().item()) / max(n_tok, 1.0), n_tok)
+                        if entropy is not None:
+                            add("actor/entropy", float((entropy * mask).sum().item()) / max(n_tok, 1.0), n_tok)
                         add("actor/clip_frac", float((clipped * mask).sum().item()) / max(n_tok, 1.0), n_tok)
                         ratio = torch.exp(logp - batch.old_logprobs)
                         add("actor/ratio_mean", float((ratio * mask).sum().item()) / max(n_tok, 1.0), n_tok)

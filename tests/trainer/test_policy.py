@@ -63,3 +63,31 @@ def test_update_raises_logprob_of_positive_advantage_tokens(tiny_model_dir, toke
     assert change[0] > 0 and change[2] > 0 and change[1] < 0
     assert metrics["actor/rollout_logprob_diff"] < 1e-4  # first epoch: same policy as the rollout
     assert metrics["actor/optimizer_steps"] == 1.0 and metrics["actor/grad_norm"] > 0
+
+
+def mean_entropy(model, batch, temperature):
+    with torch.no_grad():
+        _, entropy = response_logprobs(model, batch, temperature, with_entropy=True)
+    return float((entropy * batch.response_mask).sum() / batch.response_mask.sum())
+
+
+def test_entropy_bonus_raises_entropy_and_is_skipped_at_zero(tiny_model_dir, tokenizer):
+    """With advantages 0 the only gradient is the entropy term: the update must raise the policy's entropy
+    over the trained tokens (a flipped sign lowers it). At entropy_coeff 0 the full-vocabulary entropy is not
+    computed at all (no actor/entropy, as verl) and nothing moves."""
+    model, samples = rollout_samples(tiny_model_dir, tokenizer)
+    for s in samples:
+        s.advantage = 0.0
+    batch = collate(samples, tokenizer.pad_token_id, torch.device("cpu"))
+    cfg = TrainerCommonConfig()
+    cfg.optim.lr, cfg.optim.weight_decay = 1e-3, 0.0  # Adam's first step near the uniform policy: keep it small
+
+    before = mean_entropy(model, batch, 0.8)
+    metrics = PolicyTrainer(model, tokenizer.pad_token_id, cfg).update(samples, temperature=0.8)
+    assert "actor/entropy" not in metrics and metrics["actor/grad_norm"] == 0.0
+    assert mean_entropy(model, batch, 0.8) == before
+
+    cfg.algorithm.entropy_coeff = 0.1
+    metrics = PolicyTrainer(model, tokenizer.pad_token_id, cfg).update(samples, temperature=0.8)
+    assert abs(metrics["actor/entropy"] - before) < 1e-4  # measured before the update, on the same tokens
+    assert mean_entropy(model, batch, 0.8) > before + 5e-3  # measured +0.0098 (the sign flipped: -0.0042)
