@@ -92,3 +92,24 @@ def test_sample_next_rows_use_their_own_settings():
         seen[2].add(tokens[2].item())
         assert lps[2].item() == pytest.approx(0.0)  # nucleus of one token (p0 = 0.64 >= 0.5): prob 1
     assert seen[1] == {0, 1, 2, 3} and seen[2] == {0}
+
+
+def test_sample_next_draws_from_the_nucleus_with_a_cpu_generator_for_any_device():
+    """The draw: uniforms from the engine's CPU generator, moved to the logits' device, inverse CDF over the
+    renormalised nucleus. Frequencies match it, a seed gives the same tokens, and the same lines run for
+    logits on another device (meta here, as CUDA on a GPU) with the CPU generator."""
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]] * 20000)
+    ones, nucleus_p = torch.ones(20000), torch.full((20000,), 0.9)
+    tokens, _ = sample_next(logits, ones, ones, torch.Generator().manual_seed(0))
+    freq = torch.bincount(tokens, minlength=4) / 20000
+    assert torch.allclose(freq, torch.softmax(logits[0], -1), atol=0.01)
+    tokens, lps = sample_next(logits, ones, nucleus_p, torch.Generator().manual_seed(0))
+    nucleus = torch.softmax(logits[0], -1)[:3] / torch.softmax(logits[0], -1)[:3].sum()  # 0.64+0.24 < 0.9
+    assert torch.allclose((torch.bincount(tokens, minlength=4) / 20000)[:3], nucleus, atol=0.01)
+    assert (tokens != 3).all() and torch.allclose(lps, nucleus.log()[tokens])
+    again, _ = sample_next(logits, ones, nucleus_p, torch.Generator().manual_seed(0))
+    assert torch.equal(tokens, again)
+    meta = torch.device("meta")
+    out, lp = sample_next(logits[:4].to(meta), ones[:4].to(meta), nucleus_p[:4].to(meta),
+                          torch.Generator().manual_seed(0))
+    assert out.device == meta and lp.device == meta and out.shape == (4,)

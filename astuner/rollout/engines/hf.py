@@ -34,6 +34,8 @@ class HFEngine:
         self.pad_token_id = int(pad_token_id)
         self.max_num_seqs = max_num_seqs
         self.batch_wait_s = batch_wait_ms / 1000.0
+        # on the CPU whatever the model's device: sample_next draws its uniforms there (the same for a seed
+        # everywhere) and moves them to the logits
         self.generator = torch.Generator(device="cpu").manual_seed(seed)
         self._pending: list[_Request] = []
         self._wakeup: Optional[asyncio.Event] = None

@@ -21,7 +21,13 @@ def sample_next(logits, temperature, top_p, generator: Optional[object] = None):
     sorted_p = sorted_p.masked_fill(before >= top_p[:, None], 0.0)
     nucleus = torch.zeros_like(probs).scatter(-1, order, sorted_p)
     nucleus = nucleus / nucleus.sum(dim=-1, keepdim=True)
-    sampled = torch.multinomial(nucleus, 1, generator=generator).squeeze(-1)
+    # inverse-CDF draw from uniforms made on the generator's device (the engine's is on the CPU: the same draws
+    # for a seed on every device) and moved to the logits' device: one code path for CPU and CUDA logits, and no
+    # generator handed to an op on another device ("Expected a 'cuda' device type for generator")
+    uniform = torch.rand(logits.shape[0], 1, generator=generator, dtype=torch.float64).to(logits.device)
+    cdf = torch.cumsum(nucleus.double(), dim=-1)
+    # right=True: the first token whose cumulative mass exceeds the draw, never a token outside the nucleus
+    sampled = torch.searchsorted(cdf, uniform * cdf[:, -1:], right=True).squeeze(-1).clamp_max(logits.shape[-1] - 1)
     greedy_tokens = logits.argmax(dim=-1)
     tokens = torch.where(greedy, greedy_tokens, sampled)
     sampled_lp = torch.log(nucleus.gather(-1, tokens[:, None]).squeeze(-1))
