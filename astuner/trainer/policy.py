@@ -1,6 +1,10 @@
-"""Policy updates: PPO-clipped surrogate against the recorded rollout log-probs (the old policy), with
-optional KL to the frozen initial policy and an entropy bonus; `ppo_epochs` passes, `mini_batch_num`
-optimizer steps per pass, micro-batches by token budget with gradient accumulation."""
+"""Policy updates: PPO-clipped surrogate against the old policy's log-probs — recomputed by the trainer before
+the step's first update, under the same temperature, as verl does: the engine's log-probs are under the
+top-p nucleus it sampled from (renormalised), the trainer's under the full softmax(logits / T), so at top_p
+0.5 the engine's would put half the tokens outside the clip range before any update; they stay for the
+`actor/rollout_logprob_diff` diagnostic — with optional KL to the frozen initial policy and an entropy
+bonus; `ppo_epochs` passes, `mini_batch_num` optimizer steps per pass, micro-batches by token budget with
+gradient accumulation."""
 
 from __future__ import annotations
 
@@ -31,16 +35,27 @@ class PolicyTrainer:
             return o.lr * (self.optimizer_steps + 1) / o.warmup_steps
         return o.lr
 
-    def _reference_logprobs(self, samples: Sequence[Sample], temperature: float) -> list[list[float]]:
+    def _logprobs(self, model: Any, samples: Sequence[Sample], temperature: float) -> dict[int, list[float]]:
+        """Each sample's response log-probs under `model` (no gradient), keyed by id(sample)."""
         import torch
 
-        out: list[list[float]] = []
+        out: dict[int, list[float]] = {}
         with torch.no_grad():
             for group in split_by_budget(samples, self.cfg.max_token_len_per_micro_batch):
                 batch = collate(group, self.pad_id, self.device)
-                logp, _ = response_logprobs(self.reference, batch, temperature)
+                logp, _ = response_logprobs(model, batch, temperature)
                 for i, s in enumerate(group):
-                    out.append(logp[i, batch.response_width - len(s.loss_mask):].tolist())
+                    out[id(s)] = logp[i, batch.response_width - len(s.loss_mask):].tolist()
+        return out
+
+    def _per_token(self, values: dict[int, list[float]], part: Sequence[Sample], batch: Any) -> Any:
+        """Per-sample response values as a [B, R] tensor aligned with `batch` (responses end at the right)."""
+        import torch
+
+        out = torch.zeros_like(batch.old_logprobs)
+        for i, s in enumerate(part):
+            row = values[id(s)]
+            out[i, batch.response_width - len(row):] = torch.tensor(row, dtype=out.dtype, device=self.device)
         return out
 
     def update(self, samples: Sequence[Sample], temperature: float) -> dict[str, float]:
@@ -54,7 +69,9 @@ class PolicyTrainer:
         if al.use_kl_loss:
             if self.reference is None:
                 raise ValueError("use_kl_loss needs a reference model")
-            ref = dict(zip(map(id, samples), self._reference_logprobs(samples, temperature)))
+            ref = self._logprobs(self.reference, samples, temperature)
+        self.model.train()
+        old = self._logprobs(self.model, samples, temperature)  # the old policy, before this step's updates
         sums: dict[str, float] = {}
         counts: dict[str, float] = {}
 
@@ -63,7 +80,6 @@ class PolicyTrainer:
             counts[key] = counts.get(key, 0.0) + weight
 
         skipped = 0
-        self.model.train()
         minis = [samples[i::cfg.mini_batch_num] for i in range(cfg.mini_batch_num)]
         for epoch in range(cfg.ppo_epochs):
             for mini in minis:
@@ -80,16 +96,13 @@ class PolicyTrainer:
                     logp, entropy = response_logprobs(self.model, batch, temperature,
                                                       with_entropy=bool(al.entropy_coeff))
                     mask = batch.response_mask
-                    pg, clipped = ppo_clip_loss(logp, batch.old_logprobs, batch.advantages, al.clip_ratio_low,
+                    old_logp = self._per_token(old, part, batch)
+                    pg, clipped = ppo_clip_loss(logp, old_logp, batch.advantages, al.clip_ratio_low,
                                                 al.clip_ratio_high)
                     loss = aggregate(pg, mask, al.loss_agg_mode, token_total, seq_total)
                     n_tok = float(mask.sum().item())
                     if al.use_kl_loss:
-                        ref_logp = torch.zeros_like(logp)
-                        for i, s in enumerate(part):
-                            values = ref[id(s)]
-                            ref_logp[i, batch.response_width - len(values):] = torch.tensor(values, device=self.device)
-                        kl = kl_penalty(logp, ref_logp, al.kl_loss_type)
+                        kl = kl_penalty(logp, self._per_token(ref, part, batch), al.kl_loss_type)
                         loss = loss + al.kl_loss_coef * aggregate(kl, mask, al.loss_agg_mode, token_total, seq_total)
                         add("actor/kl", float((kl * mask).sum().item()) / max(n_tok, 1.0), n_tok)
                     if entropy is not None:
@@ -101,7 +114,7 @@ class PolicyTrainer:
                         if entropy is not None:
                             add("actor/entropy", float((entropy * mask).sum().item()) / max(n_tok, 1.0), n_tok)
                         add("actor/clip_frac", float((clipped * mask).sum().item()) / max(n_tok, 1.0), n_tok)
-                        ratio = torch.exp(logp - batch.old_logprobs)
+                        ratio = torch.exp(logp - old_logp)
                         add("actor/ratio_mean", float((ratio * mask).sum().item()) / max(n_tok, 1.0), n_tok)
                         if epoch == 0:
                             diff = (logp - batch.old_logprobs).abs()

@@ -14,7 +14,7 @@ from astuner.trainer.batching import collate, response_logprobs, split_by_budget
 from astuner.trainer.policy import PolicyTrainer
 
 
-def rollout_samples(tiny_model_dir, tokenizer, temperature=0.8):
+def rollout_samples(tiny_model_dir, tokenizer, temperature=0.8, top_p=1.0):
     engine = HFEngine.from_pretrained(str(tiny_model_dir), tokenizer, max_num_seqs=8, seed=0)
     prompts = [tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": q}],
                                                               add_generation_prompt=True, tokenize=False),
@@ -22,7 +22,7 @@ def rollout_samples(tiny_model_dir, tokenizer, temperature=0.8):
                for q in ("What is 2+3?", "Natalia sold clips to her friends in April", "hi")]
 
     async def go():
-        return await asyncio.gather(*[engine.generate(p, SamplingParams(temperature, 1.0, 10)) for p in prompts])
+        return await asyncio.gather(*[engine.generate(p, SamplingParams(temperature, top_p, 10)) for p in prompts])
 
     results = asyncio.run(go())
     samples = [Sample(task_id=f"t{i}", episode_uuid=f"e{i}", repeat_index=0, input_ids=p + r.token_ids,
@@ -91,3 +91,16 @@ def test_entropy_bonus_raises_entropy_and_is_skipped_at_zero(tiny_model_dir, tok
     metrics = PolicyTrainer(model, tokenizer.pad_token_id, cfg).update(samples, temperature=0.8)
     assert abs(metrics["actor/entropy"] - before) < 1e-4  # measured before the update, on the same tokens
     assert mean_entropy(model, batch, 0.8) > before + 5e-3  # measured +0.0098 (the sign flipped: -0.0042)
+
+
+def test_first_update_ratio_is_one_under_top_p(tiny_model_dir, tokenizer):
+    """The engine's log-probs at top_p 0.5 are under the renormalised nucleus; the trainer's PPO denominator
+    is its own recomputation under the full softmax: on the step's first update the ratio is 1 and nothing
+    is clipped (against the engine's, the mean ratio would be far below 1 and tokens clipped)."""
+    model, samples = rollout_samples(tiny_model_dir, tokenizer, top_p=0.5)
+    for s, adv in zip(samples, (1.0, -1.0, 1.0)):
+        s.advantage = adv
+    cfg = TrainerCommonConfig()
+    metrics = PolicyTrainer(model, tokenizer.pad_token_id, cfg).update(samples, temperature=0.8)
+    assert metrics["actor/clip_frac"] == 0.0 and abs(metrics["actor/ratio_mean"] - 1.0) < 1e-5
+    assert metrics["actor/rollout_logprob_diff"] > 0.1  # the engine's nucleus log-probs differ, as they should
