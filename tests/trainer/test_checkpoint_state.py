@@ -38,3 +38,16 @@ def test_rng_states_round_trip_through_a_safe_load(tmp_path):
     random.seed(1), np.random.seed(1), torch.manual_seed(1)
     restore_rng(load_trainer_state(tmp_path)["rng"])
     assert (random.random(), float(np.random.rand()), float(torch.rand(1))) == expected
+
+
+def test_resume_takes_the_newest_complete_checkpoint(tmp_path):
+    from astuner.trainer.checkpoint import latest_checkpoint, list_checkpoints
+
+    for step, complete in ((2, True), (9, True), (10, True), (12, False)):
+        folder = tmp_path / f"global_step_{step}"
+        folder.mkdir()
+        if complete:
+            (folder / "COMPLETE").write_text(str(step))
+    (tmp_path / "global_step_x").mkdir()
+    assert [step for step, _ in list_checkpoints(tmp_path)] == [2, 9, 10]  # by number, not by name
+    assert latest_checkpoint(tmp_path) == tmp_path / "global_step_10"  # 12 was cut short

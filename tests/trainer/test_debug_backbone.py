@@ -144,3 +144,17 @@ def test_bots_selector_and_operators_in_the_debug_backbone(project, capsys):
     state = torch.load(root / "checkpoints" / "global_step_3" / "trainer_state.pt", weights_only=False)
     estimator = state["selector"]["estimator"]
     assert estimator["cap"] is not None and len(estimator["alphas"]) == 40  # the selector learned from feedback
+
+
+def test_kl_loss_is_to_the_initial_policy(project, capsys):
+    """use_kl_loss: KL to a frozen copy of the initial policy — 0 on the first update, positive once the policy
+    moved (a reference that is the live policy itself would read 0 at every step)."""
+    al = "astuner.trainer_common.algorithm"
+    code, _, err = run_cli(tiny_args(2, f"{al}.use_kl_loss=true", f"{al}.kl_loss_coef=0.1", f"{al}.entropy_coeff=0.01",
+                                     f"{al}.drop_zero_variance_groups=false", "astuner.trainer_common.test_freq=-1"),
+                           capsys)
+    assert code == 0, err
+    rows = [json.loads(line) for line in
+            (project / "launcher_record" / "tiny_cpu" / "metrics.jsonl").read_text().splitlines()]
+    kl = {r["step"]: r["actor/kl"] for r in rows if "actor/kl" in r}
+    assert abs(kl[1]) < 1e-6 and kl[2] > 1e-5, kl

@@ -104,3 +104,23 @@ def test_first_update_ratio_is_one_under_top_p(tiny_model_dir, tokenizer):
     metrics = PolicyTrainer(model, tokenizer.pad_token_id, cfg).update(samples, temperature=0.8)
     assert metrics["actor/clip_frac"] == 0.0 and abs(metrics["actor/ratio_mean"] - 1.0) < 1e-5
     assert metrics["actor/rollout_logprob_diff"] > 0.1  # the engine's nucleus log-probs differ, as they should
+
+
+def test_micro_batches_accumulate_into_one_optimizer_step(tiny_model_dir, tokenizer):
+    """A mini-batch split into micro-batches by the token budget takes the same step as one micro-batch:
+    gradients accumulate over the micro-batches (zeroed once per optimizer step, not per micro-batch), so
+    the gradient the optimizer steps on — its norm, before clipping — is the same."""
+    import copy
+
+    model, samples = rollout_samples(tiny_model_dir, tokenizer)
+    for s, adv in zip(samples, (1.0, -1.0, 0.5)):
+        s.advantage = adv
+    norms = []
+    for budget in (10**6, 1):  # one micro-batch; one per sample
+        cfg = TrainerCommonConfig()
+        cfg.optim.grad_clip, cfg.max_token_len_per_micro_batch = None, budget
+        metrics = PolicyTrainer(copy.deepcopy(model), tokenizer.pad_token_id, cfg).update(samples, temperature=0.8)
+        assert metrics["actor/optimizer_steps"] == 1.0
+        norms.append(metrics["actor/grad_norm"])
+    assert len(split_by_budget(samples, 1)) == 3
+    assert norms[0] > 0 and abs(norms[0] - norms[1]) < 1e-5 * norms[0], norms
