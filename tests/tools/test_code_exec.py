@@ -66,3 +66,27 @@ def test_no_network_even_to_this_machines_loopback():
         server.close()
     assert "<stdout></stdout>" in text
     assert "Network is unreachable" in text or "ConnectionRefusedError" in text
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie waiting for its parent to reap it is not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_time_limit_kills_the_processes_the_code_started():
+    code = ("import subprocess, sys, time\n"
+            "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],\n"
+            "                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+            "print(child.pid, flush=True)\n"
+            "time.sleep(60)\n")
+    text = run(code, timeout_s=2)
+    assert "TimeoutError" in text
+    pid = int(text.split("<stdout>")[1].split("</stdout>")[0])
+    deadline = time.monotonic() + 5
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(pid)  # its whole process group, not only the main process
