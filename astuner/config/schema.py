@@ -170,6 +170,7 @@ class TrainerCommonConfig:
     val_before_train: bool = False
     seed: int = 42
     device: str = "auto"
+    dtype: str = "auto"
     ppo_epochs: int = 1
     mini_batch_num: int = 1
     max_token_len_per_micro_batch: int = 16384

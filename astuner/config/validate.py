@@ -17,6 +17,7 @@ from astuner.config.schema import (DEVICES, ENGINES, MADNESS_CHECKS, OPERATORS, 
                                    TINY_TOKENIZERS, AstunerConfig)
 from astuner.config.source_map import SourceMap
 from astuner.errors import ConfigError
+from astuner.precision import DTYPES
 
 _NoneType = type(None)
 
@@ -256,6 +257,7 @@ def _check_rules(cfg: AstunerConfig, b: _Builder) -> None:
     if tc.max_checkpoints_to_keep is not None:
         positive("astuner.trainer_common.max_checkpoints_to_keep", tc.max_checkpoints_to_keep)
     one_of("astuner.trainer_common.device", tc.device, DEVICES)
+    one_of("astuner.trainer_common.dtype", tc.dtype, DTYPES)
     positive("astuner.trainer_common.optim.lr", tc.optim.lr)
     if tc.optim.warmup_steps < 0:
         b.error("astuner.trainer_common.optim.warmup_steps", "astuner.trainer_common.optim.warmup_steps must be >= 0")

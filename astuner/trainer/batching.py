@@ -65,12 +65,17 @@ def collate(samples: Sequence[Sample], pad_id: int, device: Any) -> MicroBatch:
                       mask.to(device), old.to(device), adv.to(device), resp)
 
 
-def response_logprobs(model: Any, batch: MicroBatch, temperature: float, with_entropy: bool = False) -> tuple[Any, Any]:
-    """Log-probs [B, R] of the response tokens under softmax(logits / temperature), and their entropy."""
+def response_logprobs(model: Any, batch: MicroBatch, temperature: float, with_entropy: bool = False,
+                      dtype: str = "fp32") -> tuple[Any, Any]:
+    """Log-probs [B, R] of the response tokens under softmax(logits / temperature), and their entropy; the
+    forward computes in `dtype` (astuner.precision), the log-softmax in fp32."""
     import torch
 
-    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
-                use_cache=False)
+    from astuner.precision import autocast
+
+    with autocast(batch.input_ids.device, dtype):
+        out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
+                    use_cache=False)
     r = batch.response_width
     logits = out.logits[:, -(r + 1):-1, :].float() / temperature
     logp_all = torch.log_softmax(logits, dim=-1)

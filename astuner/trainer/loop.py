@@ -19,6 +19,7 @@ from loguru import logger
 from astuner.algorithm.advantages import assign_advantages, zero_variance_groups
 from astuner.errors import ConfigError, DataError
 from astuner.model_path import resolve_model_path
+from astuner.precision import compute_dtype
 from astuner.records.metrics import MetricsWriter, plot_reward_curve, write_trajectories
 from astuner.rollout.manager import RolloutBatch, RolloutManager, build_judge
 from astuner.trainer.checkpoint import (latest_checkpoint, load_trainer_state, restore_rng, rng_state,
@@ -58,22 +59,25 @@ class DebugTrainer:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         if device == "cuda" and not torch.cuda.is_available():
             raise ConfigError("astuner.trainer_common.device is cuda but no GPU is visible; use device: cpu")
-        self.dtype = torch.bfloat16 if device == "cuda" else torch.float32
+        # fp32 weights and optimizer state always; bf16 (astuner.precision) is the forward passes' compute dtype
+        self.dtype = compute_dtype(tc.dtype, device)
         self.model_path = resolve_model_path(cfg, self.ctx.config.extra_roots)
         self.tokenizer = load_tokenizer(self.model_path)
         self.checkpoint = latest_checkpoint(self.run_dir.checkpoints) if self.run_dir.resumed else None
         weights = str(self.checkpoint / "model") if self.checkpoint else self.model_path
         try:
-            self.model = AutoModelForCausalLM.from_pretrained(weights, dtype=self.dtype).to(device)
+            self.model = AutoModelForCausalLM.from_pretrained(weights, dtype=torch.float32).to(device)
         except OSError as exc:
             raise DataError(f"astuner.model.path: cannot load a model from {weights!r} ({str(exc).splitlines()[0]})") \
                 from None
         self.model.eval()
         reference = None
-        if tc.algorithm.use_kl_loss:
-            reference = (AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.dtype).to(device)
+        if tc.algorithm.use_kl_loss:  # frozen: held in the compute dtype (half the memory under bf16)
+            reference = (AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32).to(device)
                          if self.checkpoint else copy.deepcopy(self.model))
             reference.eval().requires_grad_(False)
+            if self.dtype == "bf16":
+                reference.to(torch.bfloat16)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
             else self.tokenizer.eos_token_id
         self.policy = PolicyTrainer(self.model, self.pad_id, tc, reference)
@@ -105,7 +109,7 @@ class DebugTrainer:
             self.start_step = state["step"]
             self.writer.truncate_after(self.start_step)
             logger.info(f"resumed from {self.checkpoint} (step {self.start_step} of {self.total_steps})")
-        logger.info(f"debug backbone: model {self.model_path} on {device} ({self.dtype}), "
+        logger.info(f"debug backbone: model {self.model_path} on {device} ({self.dtype} compute, fp32 weights), "
                     f"engine {type(self.engine).__name__}, {len(self.train_tasks)} training / {len(self.val_tasks)} "
                     f"validation tasks, {self.total_steps} steps of {cfg.data.train_batch_size} tasks x "
                     f"{cfg.rollout.num_repeat} episodes")

@@ -13,6 +13,7 @@ from typing import Any, Optional, Sequence
 
 from astuner.algorithm.losses import aggregate, kl_penalty, ppo_clip_loss
 from astuner.config.schema import TrainerCommonConfig
+from astuner.precision import compute_dtype
 from astuner.schema import Sample
 from astuner.trainer.batching import collate, response_logprobs, split_by_budget
 
@@ -24,6 +25,7 @@ class PolicyTrainer:
         self.model, self.pad_id, self.cfg = model, pad_id, cfg
         self.reference = reference
         self.device = next(model.parameters()).device
+        self.dtype = compute_dtype(cfg.dtype, self.device.type)  # the forward passes' (astuner.precision)
         o = cfg.optim
         self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=o.lr,
                                            betas=tuple(o.betas), weight_decay=o.weight_decay)
@@ -43,7 +45,7 @@ class PolicyTrainer:
         with torch.no_grad():
             for group in split_by_budget(samples, self.cfg.max_token_len_per_micro_batch):
                 batch = collate(group, self.pad_id, self.device)
-                logp, _ = response_logprobs(model, batch, temperature)
+                logp, _ = response_logprobs(model, batch, temperature, dtype=self.dtype)
                 for i, s in enumerate(group):
                     out[id(s)] = logp[i, batch.response_width - len(s.loss_mask):].tolist()
         return out
@@ -94,7 +96,7 @@ class PolicyTrainer:
                     batch = collate(part, self.pad_id, self.device)
                     # the full-vocabulary entropy only where it is a loss term (as verl: no actor/entropy then)
                     logp, entropy = response_logprobs(self.model, batch, temperature,
-                                                      with_entropy=bool(al.entropy_coeff))
+                                                      with_entropy=bool(al.entropy_coeff), dtype=self.dtype)
                     mask = batch.response_mask
                     old_logp = self._per_token(old, part, batch)
                     pg, clipped = ppo_clip_loss(logp, old_logp, batch.advantages, al.clip_ratio_low,

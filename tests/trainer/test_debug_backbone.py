@@ -158,3 +158,21 @@ def test_kl_loss_is_to_the_initial_policy(project, capsys):
             (project / "launcher_record" / "tiny_cpu" / "metrics.jsonl").read_text().splitlines()]
     kl = {r["step"]: r["actor/kl"] for r in rows if "actor/kl" in r}
     assert abs(kl[1]) < 1e-6 and kl[2] > 1e-5, kl
+
+
+def test_bf16_recipe_keeps_small_updates(project, capsys):
+    """dtype bf16 (the GPU recipe, run here on the CPU): bf16 compute over fp32 weights and optimizer state.
+    At lr 1e-6 an update moves nearly every weight; stepping bf16 weights directly would round ~98% of the
+    changes away."""
+    code, _, err = run_cli(tiny_args(1, "astuner.trainer_common.dtype=bf16", "astuner.trainer_common.optim.lr=1e-6",
+                                     "astuner.trainer_common.save_freq=1", "astuner.trainer_common.test_freq=-1",
+                                     "astuner.trainer_common.algorithm.drop_zero_variance_groups=false"), capsys)
+    assert code == 0, err
+    assert "(bf16 compute, fp32 weights)" in err
+    from safetensors.torch import load_file
+
+    start = load_file(str(project / "launcher_record" / ".models" / "tiny_cpu_seed0" / "model.safetensors"))
+    end = weights(project / "launcher_record" / "tiny_cpu" / "checkpoints" / "global_step_1")
+    assert all(t.dtype == torch.float32 for t in end.values())
+    changed = sum(int((start[k] != end[k]).sum()) for k in start) / sum(t.numel() for t in start.values())
+    assert changed > 0.9, changed

@@ -124,3 +124,31 @@ def test_micro_batches_accumulate_into_one_optimizer_step(tiny_model_dir, tokeni
         norms.append(metrics["actor/grad_norm"])
     assert len(split_by_budget(samples, 1)) == 3
     assert norms[0] > 0 and abs(norms[0] - norms[1]) < 1e-5 * norms[0], norms
+
+
+def test_bf16_compute_is_used_by_engine_and_trainer(tiny_model_dir, tokenizer):
+    """dtype bf16: the trainer's and the hf engine's forward passes compute in bf16 over the fp32 module (their
+    log-probs differ from fp32's by bf16 rounding, and agree with each other to that rounding)."""
+    from astuner.rollout.engines.hf import pad_id_of, stop_token_ids_of
+
+    model, samples = rollout_samples(tiny_model_dir, tokenizer)
+    batch = collate(samples, tokenizer.pad_token_id, torch.device("cpu"))
+    with torch.no_grad():
+        fp32, _ = response_logprobs(model, batch, 0.8)
+        bf16, _ = response_logprobs(model, batch, 0.8, dtype="bf16")
+    gap = float(((fp32 - bf16).abs() * batch.response_mask).max())
+    assert 1e-4 < gap < 0.05, gap
+    prompt = tokenizer.encode("What is 2+3?", add_special_tokens=False)
+    greedy = {}
+    for dtype in ("fp32", "bf16"):
+        engine = HFEngine(model, stop_token_ids_of(tokenizer, model), pad_id_of(tokenizer), seed=0, dtype=dtype)
+        greedy[dtype] = asyncio.run(engine.generate(prompt, SamplingParams(0.0, 1.0, 10)))
+    first = greedy["fp32"].token_ids[0]
+    assert greedy["bf16"].token_ids[0] == first  # the same greedy token, scored in two precisions
+    assert 1e-5 < abs(greedy["fp32"].logprobs[0] - greedy["bf16"].logprobs[0]) < 0.05
+    sample = Sample(task_id="t", episode_uuid="e", repeat_index=0, input_ids=prompt + greedy["bf16"].token_ids,
+                    prompt_length=len(prompt), loss_mask=[1] * 10, logprobs=greedy["bf16"].logprobs)
+    one = collate([sample], tokenizer.pad_token_id, torch.device("cpu"))
+    with torch.no_grad():
+        trainer, _ = response_logprobs(model, one, 1.0, dtype="bf16")
+    assert float(((trainer - one.old_logprobs).abs() * one.response_mask).max()) < 0.05

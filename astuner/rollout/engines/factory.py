@@ -46,8 +46,11 @@ def build_engine(cfg: AstunerConfig, tokenizer: Any, model: Any = None, model_pa
 
         if model is None:
             return HFEngine.from_pretrained(path, tokenizer, ro.max_num_seqs, ro.batch_wait_ms, ro.seed)
+        from astuner.precision import compute_dtype
+
+        device = next(model.parameters()).device.type  # the trainer's recipe: it shares the module
         return HFEngine(model, stop_token_ids_of(tokenizer, model), pad_id_of(tokenizer), ro.max_num_seqs,
-                        ro.batch_wait_ms, ro.seed)
+                        ro.batch_wait_ms, ro.seed, compute_dtype(cfg.trainer_common.dtype, device))
     if kind == "openai":
         from astuner.rollout.engines.openai_engine import OpenAIEngine
 

@@ -26,10 +26,11 @@ class _Request:
 
 class HFEngine:
     def __init__(self, model: Any, stop_token_ids: Iterable[int], pad_token_id: int, max_num_seqs: int = 64,
-                 batch_wait_ms: float = 0.0, seed: int = 0):
+                 batch_wait_ms: float = 0.0, seed: int = 0, dtype: str = "fp32"):
         import torch
 
         self.model = model
+        self.dtype = dtype  # the forward passes' compute dtype (astuner.precision), as the trainer's
         self.stop_token_ids = set(int(t) for t in stop_token_ids)
         self.pad_token_id = int(pad_token_id)
         self.max_num_seqs = max_num_seqs
@@ -116,8 +117,11 @@ class HFEngine:
 
         from astuner.rollout.engines.sampling import sample_next
 
+        from astuner.precision import autocast
+
         with self._model_lock, torch.no_grad():
             device = next(self.model.parameters()).device
+            compute = autocast(device, self.dtype)
             batch, width = len(prompts), max(len(p) for p in prompts)
             input_ids = torch.full((batch, width), self.pad_token_id, dtype=torch.long)
             attention = torch.zeros((batch, width), dtype=torch.long)
@@ -129,7 +133,8 @@ class HFEngine:
             temperature = torch.tensor([s.temperature for s in samplings], dtype=torch.float32, device=device)
             top_p = torch.tensor([s.top_p for s in samplings], dtype=torch.float32, device=device)
             limits = [s.max_tokens for s in samplings]
-            out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True)
+            with compute:
+                out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True)
             past = out.past_key_values
             logits = out.logits[:, -1, :].float()
             tokens_out: list[list[int]] = [[] for _ in range(batch)]
@@ -155,8 +160,9 @@ class HFEngine:
                     break
                 attention = torch.cat([attention, torch.ones((batch, 1), dtype=attention.dtype, device=device)], -1)
                 next_pos = next_pos + 1
-                out = self.model(input_ids=tokens[:, None], attention_mask=attention, position_ids=next_pos,
-                                 past_key_values=past, use_cache=True)
+                with autocast(device, self.dtype):
+                    out = self.model(input_ids=tokens[:, None], attention_mask=attention, position_ids=next_pos,
+                                     past_key_values=past, use_cache=True)
                 past = out.past_key_values
                 logits = out.logits[:, -1, :].float()
             self.stats["batches"] += 1

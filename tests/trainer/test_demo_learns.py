@@ -1,0 +1,23 @@
+"""The embedded demo learns in both precision recipes, side by side: fp32 (the CPU's) and bf16 compute over
+fp32 weights (the GPU's, `trainer_common.dtype: bf16`, run here on the CPU). The benchmark's own runner."""
+
+from __future__ import annotations
+
+import importlib.util
+
+from tests.conftest import REPO_ROOT
+
+
+def bench():
+    spec = importlib.util.spec_from_file_location("tiny_cpu_seeds", REPO_ROOT / "bench" / "tiny_cpu_seeds.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_demo_learns_in_fp32_and_bf16(tmp_path):
+    run = bench().run
+    fp32, bf16 = run(0, tmp_path, "fp32"), run(0, tmp_path, "bf16")
+    for result in (fp32, bf16):
+        assert result["last"] - result["first"] >= 0.3 and result["val_end"] >= 0.9, result  # the README's bar
+    assert abs(bf16["last"] - fp32["last"]) < 0.1, (fp32, bf16)
