@@ -114,7 +114,7 @@ class RolloutConfig:
     batch_wait_ms: float = 0.0
     seed: int = 42
     episode_timeout_s: Optional[float] = 900.0
-    failure_reward: float = 0.0
+    failure_reward: Optional[float] = None
     max_error_rate: float = 0.5
     run_workflow_in_thread: bool = False
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)

@@ -1,7 +1,8 @@
 """Run episodes: `num_repeat` per task (one group per task), at most `max_env_worker` at once.
 
 Each episode gets its own `ModelTuner` (sharing the engine) and recorder. An episode that raises or
-times out is recorded as failed, with its traceback in the log and `rollout.failure_reward` as reward;
+times out is recorded as failed, with its traceback in the log; it is not trained on (no samples) unless
+`rollout.failure_reward` gives it a reward;
 the step goes on unless more than `rollout.max_error_rate` of its episodes failed.
 """
 
@@ -147,8 +148,9 @@ class RolloutManager:
                         await env.release()
                     except Exception as exc:
                         logger.warning(f"releasing env instance {env.instance_id} failed: {exc}")
-            if result.failed:
-                result.reward, result.is_success = ro.failure_reward, False
+            if result.failed:  # a crash or a timeout, not a wrong answer: not trained on unless failure_reward says
+                result.reward = ro.failure_reward if ro.failure_reward is not None else 0.0
+                result.is_success = False
                 logger.error(f"episode {result.episode_uuid} (task {task.task_id}, repeat {repeat_index}) failed:\n"
                              f"{result.error}")
             else:
@@ -156,11 +158,12 @@ class RolloutManager:
                                                      self.special_ids)
                 if result.mad_reasons:
                     result.reward, result.is_success = ro.agent_madness_reward, False
+            trained = not result.failed or ro.failure_reward is not None
             result.samples = build_samples(
                 result.recorder.calls, task_id=task.task_id, episode_uuid=result.episode_uuid,
                 repeat_index=repeat_index, max_samples=ro.multi_turn.max_sample_per_task,
                 max_prompt_length=self.cfg.data.max_prompt_length,
-                max_response_length=self.cfg.data.max_response_length, seed=ro.seed, stats=stats)
+                max_response_length=self.cfg.data.max_response_length, seed=ro.seed, stats=stats) if trained else []
             for sample in result.samples:
                 sample.reward = result.reward
                 sample.truncated |= result.recorder.truncated

@@ -92,7 +92,19 @@ def test_raising_episode_is_recorded_and_step_goes_on(tokenizer):
     assert len(failed) == 2 and all(e.reward == -0.5 for e in failed)
     assert "RuntimeError: tool crashed" in failed[0].error
     assert batch.metrics["rollout/error_rate"] == pytest.approx(1 / 3)
-    assert all(s.reward == -0.5 for e in failed for s in e.samples)
+    assert all(s.reward == -0.5 for e in failed for s in e.samples) and all(e.samples for e in failed)
+
+
+def test_failed_episodes_are_not_trained_on_by_default(tokenizer):
+    """A crash is not a wrong answer: with failure_reward unset a failed episode has no samples (outside the
+    group statistics and the loss), reward 0 in the metrics, and is counted."""
+    manager = RolloutManager(config(), Explodes, None, ScriptedEngine(tokenizer, lambda p: "ok"), tokenizer)
+    batch = asyncio.run(manager.run(tasks(2)))
+    failed = [e for e in batch.episodes if e.failed]
+    assert len(failed) == 2 and all(e.reward == 0.0 and not e.samples for e in failed)
+    assert failed[0].recorder.calls  # it did call the model before it crashed
+    assert all(e.samples for e in batch.episodes if not e.failed)
+    assert batch.metrics["rollout/error_rate"] == pytest.approx(1 / 3)
 
 
 def test_hanging_episode_times_out(tokenizer):
