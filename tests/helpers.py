@@ -122,3 +122,20 @@ def scalars(folder: Any) -> dict[str, dict[int, float]]:
     acc = EventAccumulator(str(folder))
     acc.Reload()
     return {tag: {e.step: e.value for e in acc.Scalars(tag)} for tag in acc.Tags()["scalars"]}
+
+
+# (group, reward) rows for comparing GRPO advantages with a backbone's own: a mixed group, a two-value group,
+# a group of one, a group whose rewards are all equal
+GRPO_ROWS = [("a", 1.0), ("a", 0.0), ("a", 0.0), ("a", 1.0), ("b", 2.0), ("b", 4.0), ("c", 0.7),
+             ("d", 1.0), ("d", 1.0), ("d", 1.0)]
+
+
+def our_grpo_advantages(norm_by_std: bool) -> list[float]:
+    """astuner's GRPO advantages (the debug backbone's) for GRPO_ROWS, one sample per episode."""
+    from astuner.algorithm.advantages import assign_advantages
+    from astuner.schema import Sample
+
+    samples = [Sample(task_id=group, episode_uuid=f"e{i}", repeat_index=0, input_ids=[1, 2], prompt_length=1,
+                      loss_mask=[1], logprobs=[0.0], reward=reward) for i, (group, reward) in enumerate(GRPO_ROWS)]
+    assign_advantages(samples, "grpo", norm_by_std)
+    return [s.advantage for s in samples]

@@ -4,7 +4,7 @@
   the group: A = (r - mean) / (std + eps) (or r - mean with `norm_by_std` False).
 - `multi_step_grpo`: the episodes of a group are normalised against each other, and every sample of an
   episode shares its episode's advantage, however many samples (branches) the episode produced.
-With one sample per episode both are the same. std is the population standard deviation.
+With one sample per episode both are the same. std and one-value groups as verl defines them (normalise).
 """
 
 from __future__ import annotations
@@ -18,14 +18,18 @@ ESTIMATORS = ("grpo", "multi_step_grpo")
 
 
 def normalise(values: Sequence[float], norm_by_std: bool, eps: float = 1e-6) -> list[float]:
-    """(v - mean) / (std + eps), or v - mean. A single value, or all equal, gives zeros."""
+    """(v - mean) / (std + eps), or v - mean, with verl's definitions (compute_grpo_outcome_advantage, which
+    Trinity's GRPO shares): std is the sample standard deviation (torch.std, n - 1), and a group of one
+    value has mean 0 and std 1 (its advantage is its reward). All equal gives zeros."""
     if not values:
         return []
+    if len(values) == 1:
+        return [values[0] / (1.0 + eps)] if norm_by_std else [float(values[0])]
     mean = sum(values) / len(values)
     centred = [v - mean for v in values]
     if not norm_by_std:
         return centred
-    std = math.sqrt(sum(c * c for c in centred) / len(values))
+    std = math.sqrt(sum(c * c for c in centred) / (len(values) - 1))
     return [c / (std + eps) for c in centred]
 
 

@@ -19,8 +19,9 @@ def test_grpo_normalises_within_each_group():
     samples = [sample("a", "e1", 1.0), sample("a", "e2", 0.0), sample("a", "e3", 0.0), sample("a", "e4", 1.0),
                sample("b", "f1", 2.0), sample("b", "f2", 4.0)]
     assign_advantages(samples, "grpo", norm_by_std=True, eps=0.0)
-    # group a: mean 0.5, population std 0.5 -> +-1; group b: mean 3, std 1 -> -1, +1
-    assert [s.advantage for s in samples] == pytest.approx([1, -1, -1, 1, -1, 1])
+    # group a: mean 0.5, sample std sqrt(1/3) -> +-0.866; group b: mean 3, std sqrt(2) -> -+0.707 (verl's torch.std)
+    a, b = 0.5 / math.sqrt(1 / 3), 1 / math.sqrt(2)
+    assert [s.advantage for s in samples] == pytest.approx([a, -a, -a, a, -b, b])
     assign_advantages(samples, "grpo", norm_by_std=False)
     assert [s.advantage for s in samples] == pytest.approx([0.5, -0.5, -0.5, 0.5, -1, 1])
 
@@ -29,13 +30,17 @@ def test_multi_step_grpo_shares_episode_advantage_across_its_samples():
     # episode e1 produced two samples (branches); it must count once in the group statistics
     samples = [sample("a", "e1", 1.0), sample("a", "e1", 1.0), sample("a", "e2", 0.0), sample("a", "e3", 0.0)]
     assign_advantages(samples, "multi_step_grpo", norm_by_std=True, eps=0.0)
-    mean, std = 1 / 3, math.sqrt(((2 / 3) ** 2 + 2 * (1 / 3) ** 2) / 3)
+    mean, std = 1 / 3, math.sqrt(((2 / 3) ** 2 + 2 * (1 / 3) ** 2) / 2)
     expected_e1 = (1 - mean) / std
     expected_other = (0 - mean) / std
     assert [s.advantage for s in samples] == pytest.approx([expected_e1, expected_e1, expected_other, expected_other])
     # plain grpo would have counted e1 twice
     assign_advantages(samples, "grpo", norm_by_std=True, eps=0.0)
-    assert samples[0].advantage == pytest.approx(1.0)
+    assert samples[0].advantage == pytest.approx(0.5 / math.sqrt(1 / 3))
+
+
+def test_a_group_of_one_has_mean_0_and_std_1_as_in_verl():
+    assert normalise([0.7], True, eps=0.0) == [0.7] and normalise([0.7], False) == [0.7]
 
 
 def test_equal_rewards_give_zero_and_are_detected():

@@ -289,3 +289,20 @@ def test_validation_num_repeat_reaches_trinitys_eval_tasks(tmp_path, tiny_model_
     storage.batch_size = 2
     tasks = asyncio.run(FileReader(storage).read())
     assert [t.repeat_times for t in tasks] == [3, 3]  # what Trinity's scheduler runs each eval task with
+
+
+def test_grpo_advantages_equal_trinitys_own():
+    """The debug trainer's GRPO advantages are Trinity's (its GRPO advantage fn with the args we translate)."""
+    import torch
+    from trinity.algorithm import ADVANTAGE_FN
+    from trinity.common.experience import EID, Experience
+
+    from tests.helpers import GRPO_ROWS, our_grpo_advantages
+
+    fn = ADVANTAGE_FN.get("grpo")(std_threshold=None)
+    exps = [Experience(eid=EID(task=group, run=i), tokens=torch.tensor([1, 2]), prompt_length=1, reward=reward,
+                       logprobs=torch.tensor([0.0]), action_mask=torch.tensor([True]))
+            for i, (group, reward) in enumerate(GRPO_ROWS)]
+    out, _ = fn(exps)
+    theirs = {exp.eid.run: float(exp.advantages[0]) for exp in out}
+    assert [theirs[i] for i in range(len(GRPO_ROWS))] == pytest.approx(our_grpo_advantages(True), abs=1e-5)

@@ -280,3 +280,20 @@ def test_a_reply_that_fills_max_tokens_without_a_stop_token_is_cut():
     assert asyncio.run(VerlServerEngine(Server([5, 2]), [2]).generate([1], sampling)).finish_reason == "stop"
     with pytest.raises(RuntimeError, match="aborted"):
         asyncio.run(VerlServerEngine(Server([], "aborted"), [2]).generate([1], sampling))
+
+
+@pytest.mark.parametrize("norm_by_std", [True, False])
+def test_grpo_advantages_equal_verls_own(norm_by_std):
+    """One algorithm on every backbone: the debug trainer's GRPO advantages are verl's
+    (compute_grpo_outcome_advantage): sample std, a group of one at mean 0 and std 1, equal rewards at 0."""
+    import numpy as np
+    import torch
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+    from tests.helpers import GRPO_ROWS, our_grpo_advantages
+
+    rewards = torch.tensor([[0.0, reward] for _, reward in GRPO_ROWS])  # the score on the last response token
+    theirs, _ = compute_grpo_outcome_advantage(rewards, torch.ones_like(rewards),
+                                               np.array([group for group, _ in GRPO_ROWS], dtype=object),
+                                               norm_adv_by_std_in_grpo=norm_by_std)
+    assert theirs[:, -1].tolist() == pytest.approx(our_grpo_advantages(norm_by_std), abs=1e-5)
