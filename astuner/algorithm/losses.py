@@ -8,27 +8,32 @@ AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 KL_TYPES = ("low_var_kl", "kl")
 
 
-def ppo_clip_loss(logp: Any, old_logp: Any, advantages: Any, clip_low: float, clip_high: float) -> tuple[Any, Any]:
-    """Per-token clipped surrogate: max(-A * r, -A * clip(r, 1 - clip_low, 1 + clip_high)), r = exp(logp - old).
+def ppo_clip_loss(logp: Any, old_logp: Any, advantages: Any, clip_low: float, clip_high: float,
+                  clip_ratio_c: float = 3.0) -> tuple[Any, Any]:
+    """Per-token dual-clip PPO surrogate, as verl's and Trinity's: max(-A * r, -A * clip(r, 1 - clip_low,
+    1 + clip_high)), and for A < 0 at most -A * clip_ratio_c (a token whose ratio ran far above 1 cannot
+    push the loss without bound); r = exp(logp - old) with the log-ratio clamped to [-20, 20] first.
     Returns (loss [B, T], clipped [B, T] as 0/1 floats). `advantages` is [B, T] (or [B, 1], broadcast)."""
     import torch
 
-    ratio = torch.exp(logp - old_logp)
+    ratio = torch.exp(torch.clamp(logp - old_logp, min=-20.0, max=20.0))
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
     loss = torch.maximum(unclipped, clipped)
+    loss = torch.where(advantages < 0, torch.minimum(loss, -advantages * clip_ratio_c), loss)
     return loss, (clipped > unclipped).float()
 
 
 def kl_penalty(logp: Any, ref_logp: Any, kind: str) -> Any:
     """Per-token KL estimate to the reference policy: `kl` = logp - ref (k1); `low_var_kl` =
-    exp(ref - logp) - (ref - logp) - 1 (k3, non-negative, clamped to [-10, 10])."""
+    exp(d) - d - 1 with d = ref - logp clamped to [-20, 20] first (k3, non-negative; the result clamped to
+    [-10, 10]), as verl: an unclamped gap over ~88 overflows exp and turns the gradients NaN."""
     import torch
 
     if kind == "kl":
         return logp - ref_logp
     if kind == "low_var_kl":
-        diff = ref_logp - logp
+        diff = torch.clamp(ref_logp - logp, min=-20.0, max=20.0)
         return torch.clamp(torch.exp(diff) - diff - 1.0, min=-10.0, max=10.0)
     raise ValueError(f"unknown kl type {kind!r}; choose one of {', '.join(KL_TYPES)}")
 

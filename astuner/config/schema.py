@@ -151,6 +151,7 @@ class AlgorithmConfig:
     drop_zero_variance_groups: bool = True
     clip_ratio_low: float = 0.2
     clip_ratio_high: float = 0.2
+    clip_ratio_c: float = 3.0
     use_kl_loss: bool = False
     kl_loss_coef: float = 0.001
     kl_loss_type: str = "low_var_kl"

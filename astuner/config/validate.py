@@ -272,6 +272,9 @@ def _check_rules(cfg: AstunerConfig, b: _Builder) -> None:
     one_of("astuner.trainer_common.algorithm.loss_agg_mode", al.loss_agg_mode, AGG_MODES)
     for key in ("clip_ratio_low", "clip_ratio_high"):
         positive(f"astuner.trainer_common.algorithm.{key}", getattr(al, key))
+    if not al.clip_ratio_c > 1.0:  # verl and Trinity assert it
+        raise ConfigError(f"astuner.trainer_common.algorithm.clip_ratio_c must be above 1 (dual-clip PPO's bound "
+                          f"for negative advantages), got {al.clip_ratio_c}")
     if cfg.task_reader.data_selector is not None:  # Trinity's newer name wins
         cfg.task_reader.task_selector = cfg.task_reader.data_selector
         cfg.task_reader.data_selector = None

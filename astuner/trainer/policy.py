@@ -100,7 +100,7 @@ class PolicyTrainer:
                     mask = batch.response_mask
                     old_logp = self._per_token(old, part, batch)
                     pg, clipped = ppo_clip_loss(logp, old_logp, batch.advantages, al.clip_ratio_low,
-                                                al.clip_ratio_high)
+                                                al.clip_ratio_high, al.clip_ratio_c)
                     loss = aggregate(pg, mask, al.loss_agg_mode, token_total, seq_total)
                     n_tok = float(mask.sum().item())
                     if al.use_kl_loss:

@@ -25,7 +25,8 @@ def dry_run(backbone, capsys, *overrides):
 def test_verl_translation_carries_every_knob(capsys, monkeypatch):
     monkeypatch.chdir(REPO_ROOT)
     cfg = dry_run("verl", capsys, "astuner.trainer_common.nnodes=2", "astuner.trainer_common.n_gpus_per_node=8",
-                  "astuner.trainer_common.optim.lr=3e-6", "astuner.trainer_common.algorithm.use_kl_loss=true")
+                  "astuner.trainer_common.optim.lr=3e-6", "astuner.trainer_common.algorithm.use_kl_loss=true",
+                  "astuner.trainer_common.algorithm.clip_ratio_c=2.5")
     rollout = cfg["actor_rollout_ref"]["rollout"]
     assert cfg["actor_rollout_ref"]["model"]["path"] == "Qwen/Qwen2.5-14B-Instruct"
     assert (rollout["n"], rollout["temperature"], rollout["top_p"]) == (4, 0.7, 1.0)
@@ -37,6 +38,7 @@ def test_verl_translation_carries_every_knob(capsys, monkeypatch):
         (264, 3000, 10000)
     actor = cfg["actor_rollout_ref"]["actor"]
     assert actor["optim"]["lr"] == 3e-6 and actor["use_kl_loss"] is True and actor["ppo_mini_batch_size"] == 264
+    assert actor["clip_ratio_c"] == 2.5
     t = cfg["trainer"]
     assert (t["nnodes"], t["n_gpus_per_node"], t["save_freq"], t["test_freq"], t["total_epochs"]) == (2, 8, 99999, 99999,
                                                                                                    99999)

@@ -297,3 +297,22 @@ def test_grpo_advantages_equal_verls_own(norm_by_std):
                                                np.array([group for group, _ in GRPO_ROWS], dtype=object),
                                                norm_adv_by_std_in_grpo=norm_by_std)
     assert theirs[:, -1].tolist() == pytest.approx(our_grpo_advantages(norm_by_std), abs=1e-5)
+
+
+def test_dual_clip_ppo_loss_equals_verls_own():
+    """The debug trainer's per-token PPO loss is verl's (compute_policy_loss: dual clip, clamped log-ratio)."""
+    import torch
+    from verl.trainer.ppo.core_algos import compute_policy_loss
+
+    from astuner.algorithm.losses import ppo_clip_loss
+
+    gen = torch.Generator().manual_seed(0)
+    old = torch.randn(4, 6, generator=gen)
+    logp = old + 2.0 * torch.randn(4, 6, generator=gen)  # ratios from ~e^-6 to ~e^6: every branch
+    logp[0, 0] = old[0, 0] + 60.0  # past the clamp
+    adv = torch.randn(4, 1, generator=gen).expand(4, 6)
+    mask = torch.ones(4, 6)
+    ours, _ = ppo_clip_loss(logp, old, adv, 0.2, 0.28, clip_ratio_c=3.0)
+    theirs = compute_policy_loss(old, logp, adv, mask, cliprange_low=0.2, cliprange_high=0.28, clip_ratio_c=3.0,
+                                 loss_agg_mode="token-mean")[0]
+    assert float(ours.mean()) == pytest.approx(float(theirs), rel=1e-5)

@@ -92,7 +92,7 @@ def translate_to_trinity(run: RunConfig, root: Path) -> dict[str, Any]:
             "policy_loss_fn": "ppo",
             # PPOPolicyLossFn(clip_range_low, clip_range_high, loss_agg_mode) — replaces its default_args whole
             "policy_loss_fn_args": {"clip_range_low": al.clip_ratio_low, "clip_range_high": al.clip_ratio_high,
-                                    "loss_agg_mode": al.loss_agg_mode},
+                                    "clip_ratio_c": al.clip_ratio_c, "loss_agg_mode": al.loss_agg_mode},
             # AlgorithmConfig.kl_loss_fn: "none" (DummyKLFn) is no KL loss; Trinity's grpo default is k2
             "kl_loss_fn": KL_LOSS_FNS[al.kl_loss_type] if al.use_kl_loss else "none",
             # KLFn(kl_coef)

@@ -93,6 +93,7 @@ def translate_to_verl(run: RunConfig, root: Path, model_path: Optional[str] = No
                 "kl_loss_type": al.kl_loss_type,
                 "clip_ratio_low": al.clip_ratio_low,
                 "clip_ratio_high": al.clip_ratio_high,
+                "clip_ratio_c": al.clip_ratio_c,
                 "loss_agg_mode": al.loss_agg_mode,
                 "entropy_coeff": al.entropy_coeff,
             },
