@@ -228,6 +228,10 @@ class DebugTrainer:
                 "calls": len(e.recorder.calls),
                 "prompt_tokens": len(last.prompt_ids) if last else 0,
                 "response_tokens": sum(len(c.response_ids) for c in e.recorder.calls),
+                # what was trained: per sample, its prompt, its response (generated tokens and, between calls,
+                # tool results and new turns) and the tokens with loss mask 1 (the generated ones)
+                "samples": [{"prompt_tokens": s.prompt_length, "response_tokens": len(s.loss_mask),
+                             "trained_tokens": sum(s.loss_mask), "num_calls": s.num_calls} for s in e.samples],
                 "metadata": e.output.metadata if e.output else None,
             })
         write_trajectories(self.run_dir.trajectories, step, rows)

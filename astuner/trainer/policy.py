@@ -81,7 +81,7 @@ class PolicyTrainer:
             sums[key] = sums.get(key, 0.0) + value * weight
             counts[key] = counts.get(key, 0.0) + weight
 
-        skipped = 0
+        skipped = micro_batches = 0
         minis = [samples[i::cfg.mini_batch_num] for i in range(cfg.mini_batch_num)]
         for epoch in range(cfg.ppo_epochs):
             for mini in minis:
@@ -93,6 +93,7 @@ class PolicyTrainer:
                     group["lr"] = self.current_lr()
                 self.optimizer.zero_grad(set_to_none=True)
                 for part in split_by_budget(mini, cfg.max_token_len_per_micro_batch):
+                    micro_batches += 1
                     batch = collate(part, self.pad_id, self.device)
                     # the full-vocabulary entropy only where it is a loss term (as verl: no actor/entropy then)
                     logp, entropy = response_logprobs(self.model, batch, temperature,
@@ -136,4 +137,5 @@ class PolicyTrainer:
         metrics["actor/lr"] = self.current_lr()
         metrics["actor/optimizer_steps"] = float(self.optimizer_steps)
         metrics["actor/skipped_steps"] = float(skipped)
+        metrics["actor/micro_batches"] = float(micro_batches)
         return metrics
