@@ -3,13 +3,12 @@
 A call whose prompt ids begin with an earlier chain's ids (exact token prefix) extends that chain: the
 new prompt tokens get loss mask 0, the new response tokens mask 1 and their recorded log-probs. A call
 that continues no chain (the template rewrote history, another agent's context, ...) starts a new
-chain. Each chain is one sample; at most `max_samples` are kept (the one with the most generated tokens,
-then a seeded random choice among the rest).
+chain. Each chain is one sample; at most `max_samples` are kept: those with the most generated (trained)
+tokens, ties to the later chain (it holds more of the episode's end); the kept ones stay in call order.
 """
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -67,7 +66,7 @@ def build_chains(calls: Sequence[CallRecord]) -> tuple[list[_Chain], int]:
 
 
 def build_samples(calls: Sequence[CallRecord], *, task_id: str, episode_uuid: str, repeat_index: int,
-                  max_samples: int, max_prompt_length: int, max_response_length: int, seed: int = 0,
+                  max_samples: int, max_prompt_length: int, max_response_length: int,
                   stats: TrackerStats | None = None) -> list[Sample]:
     """Samples of one episode (reward not yet set). `stats` accumulates counts for metrics."""
     stats = stats if stats is not None else TrackerStats()
@@ -90,9 +89,8 @@ def build_samples(calls: Sequence[CallRecord], *, task_id: str, episode_uuid: st
                               input_ids=tokens, prompt_length=chain.prompt_length, loss_mask=mask,
                               logprobs=logprobs, num_calls=chain.calls, truncated=truncated))
     if len(samples) > max_samples:
-        longest = max(range(len(samples)), key=lambda i: sum(samples[i].loss_mask))
-        rest = [i for i in range(len(samples)) if i != longest]
-        chosen = sorted([longest] + random.Random(f"{seed}:{episode_uuid}").sample(rest, max_samples - 1))
+        ranked = sorted(range(len(samples)), key=lambda i: (sum(samples[i].loss_mask), i), reverse=True)
+        chosen = sorted(ranked[:max_samples])
         stats.dropped_samples += len(samples) - max_samples
         samples = [samples[i] for i in chosen]
     stats.samples += len(samples)

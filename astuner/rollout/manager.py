@@ -163,7 +163,7 @@ class RolloutManager:
                 result.recorder.calls, task_id=task.task_id, episode_uuid=result.episode_uuid,
                 repeat_index=repeat_index, max_samples=ro.multi_turn.max_sample_per_task,
                 max_prompt_length=self.cfg.data.max_prompt_length,
-                max_response_length=self.cfg.data.max_response_length, seed=ro.seed, stats=stats) if trained else []
+                max_response_length=self.cfg.data.max_response_length, stats=stats) if trained else []
             for sample in result.samples:
                 sample.reward = result.reward
                 sample.truncated |= result.recorder.truncated

@@ -18,6 +18,7 @@ from agentscope.message import TextBlock, ThinkingBlock, ToolUseBlock
 from agentscope.model import ChatModelBase, ChatResponse
 
 from astuner.rollout.engines.base import Engine, GenerateResult, SamplingParams
+from astuner.tuner.continuation import continued_call
 from astuner.tuner.messages import normalize_messages, normalize_tools
 from astuner.tuner.recorder import CallRecord, EpisodeRecorder
 from astuner.tuner.tool_parser import parse_reply
@@ -96,17 +97,13 @@ class ModelTuner(ChatModelBase):
                                                   **self.chat_template_kwargs)
 
     def _prompt_ids(self, prompt_text: str) -> list[int]:
-        """Reuse the exact ids of the longest earlier call this prompt continues; tokenize only the rest."""
-        best: Optional[CallRecord] = None
-        best_len = -1
-        for call in self.recorder.calls:
-            done_text = call.prompt_text + call.decoded_response
-            if len(done_text) > best_len and prompt_text.startswith(done_text):
-                best, best_len = call, len(done_text)
-        if best is None:
+        """The exact ids of the earlier call this prompt continues (its prompt and reply, even where the chat
+        template re-rendered the reply: astuner.tuner.continuation); only the rest is tokenized."""
+        found = continued_call(prompt_text, self.recorder.calls)
+        if found is None:
             return self.tokenizer.encode(prompt_text, add_special_tokens=False)
-        rest = prompt_text[best_len:]
-        return best.prompt_ids + best.response_ids + self.tokenizer.encode(rest, add_special_tokens=False)
+        call, used = found
+        return call.prompt_ids + call.response_ids + self.tokenizer.encode(prompt_text[used:], add_special_tokens=False)
 
     async def _generate(self, prompt_ids: list[int]) -> GenerateResult:
         running = asyncio.get_running_loop()

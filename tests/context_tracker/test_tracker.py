@@ -41,12 +41,12 @@ def test_broken_prefix_gives_one_sample_per_branch_and_later_calls_join_their_br
     assert stats.merged_calls == 1
 
 
-def test_cap_keeps_longest_then_seeded_choice():
-    calls = [call([100 + i], [1] * (i + 1)) for i in range(6)]
-    first, _ = samples_of(calls, max_samples=3, seed=7)
-    again, _ = samples_of(calls, max_samples=3, seed=7)
-    assert len(first) == 3 and [s.input_ids for s in first] == [s.input_ids for s in again]
-    assert any(s.input_ids[0] == 105 for s in first)  # the longest is always kept
+def test_cap_keeps_the_samples_with_most_trained_tokens():
+    # six branches with 1, 3, 2, 3, 6, 4 trained tokens: the three with most, ties to the later, in call order
+    lengths = [1, 3, 2, 3, 6, 4]
+    calls = [call([100 + i], [1] * n) for i, n in enumerate(lengths)]
+    kept, stats = samples_of(calls, max_samples=3)
+    assert [s.input_ids[0] for s in kept] == [103, 104, 105] and stats.dropped_samples == 3
 
 
 def test_response_clipped_and_overlong_prompt_dropped():

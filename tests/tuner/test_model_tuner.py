@@ -79,6 +79,28 @@ def test_three_turn_react_episode_merges_into_one_exact_sample(tokenizer, format
     assert all(lp == 0.0 for lp, m in zip(sample.logprobs, sample.loss_mask) if m == 0)
 
 
+@pytest.mark.parametrize("first", [
+    'Let me compute.\n\n<tool_call>\n{"name": "add", "arguments": {"a": 12, "b": 3}}\n</tool_call>',  # blank line
+    'Let me compute.\n<tool_call>\n{"name":"add","arguments":{"b":3,"a":12}}\n</tool_call>',  # compact JSON
+    '<think>12 plus 3, then 4</think>Let me compute.\n' + TOOL_CALL.split("\n", 1)[1],  # a <think> block
+], ids=["blank-line", "compact-json", "think"])
+def test_a_reply_the_template_renders_differently_still_merges(tokenizer, first):
+    """The chat template re-renders the history: the blank line, the JSON layout or the <think> block of
+    the model's reply come back changed. The next prompt still continues the call: the model is fed its own
+    tokens, and the episode is one sample whose trained tokens are the engine's."""
+    replies = [first, "The answer is \\boxed{15}."]
+    engine, tuner, result = run_episode(tokenizer, OpenAIChatFormatter(), replies)
+    calls = tuner.recorder.calls
+    assert len(calls) == 2 and not calls[0].tool_call_errors
+    assert calls[0].response_text not in calls[1].prompt_text  # the template did re-render the reply
+    assert engine.prompts[1][: len(engine.prompts[0]) + len(engine.outputs[0])] == engine.prompts[0] + engine.outputs[0]
+    samples = build_samples(calls, task_id="t", episode_uuid="e", repeat_index=0, max_samples=4,
+                            max_prompt_length=10_000, max_response_length=10_000)
+    assert len(samples) == 1 and samples[0].trained_spans() == engine.outputs
+    given = tokenizer.decode([t for t, m in zip(samples[0].response_ids, samples[0].loss_mask) if m == 0])
+    assert "<tool_response>\n15\n</tool_response>" in given
+
+
 def _span_starts(mask):
     return [i for i, m in enumerate(mask) if m and (i == 0 or not mask[i - 1])]
 
