@@ -110,3 +110,22 @@ def test_settings_trinity_cannot_honour_are_refused_not_ignored(override, named,
     code, _, err = run_cli(["--conf", str(REPO_ROOT / "tutorial" / "example_math_agent" / "math_agent.yaml"),
                             "--backbone", "trinity", "--dry-run", override], capsys)
     assert code == 2 and named in err and "backbone trinity cannot do" in err
+
+
+def test_verl_says_what_it_cannot_do_as_asked(capsys, monkeypatch):
+    """The parity table's verl mismatches are logged, not silent."""
+    from loguru import logger
+
+    monkeypatch.chdir(REPO_ROOT)
+    al = "astuner.trainer_common.algorithm"
+    said: list[str] = []
+    handler = logger.add(lambda message: said.append(str(message)), level="INFO")
+    try:
+        dry_run("verl", capsys, f"{al}.adv_estimator=multi_step_grpo")
+        assert any("multi_step_grpo runs as verl's grpo" in m for m in said)
+        assert any("drop_zero_variance_groups is not honoured" in m for m in said)
+        said.clear()
+        dry_run("verl", capsys, f"{al}.drop_zero_variance_groups=false")
+        assert not any("not honoured" in m or "multi_step_grpo" in m for m in said)
+    finally:
+        logger.remove(handler)

@@ -176,3 +176,16 @@ def test_bf16_recipe_keeps_small_updates(project, capsys):
     assert all(t.dtype == torch.float32 for t in end.values())
     changed = sum(int((start[k] != end[k]).sum()) for k in start) / sum(t.numel() for t in start.values())
     assert changed > 0.9, changed
+
+
+def test_first_update_at_top_p_half_is_not_clipped(project, capsys):
+    """top_p 0.5: the engine's log-probs are under the nucleus, the trainer's recomputation under the full
+    softmax is the ratio's denominator: one epoch, one mini-batch, ratio 1 and nothing clipped."""
+    code, _, err = run_cli(tiny_args(1, "astuner.rollout.top_p=0.5", "astuner.trainer_common.test_freq=-1",
+                                     "astuner.trainer_common.algorithm.drop_zero_variance_groups=false"), capsys)
+    assert code == 0, err
+    rows = [json.loads(line) for line in
+            (project / "launcher_record" / "tiny_cpu" / "metrics.jsonl").read_text().splitlines()]
+    (row,) = [r for r in rows if r["step"] == 1]
+    assert row["actor/clip_frac"] == 0.0 and abs(row["actor/ratio_mean"] - 1.0) < 1e-5
+    assert row["actor/rollout_logprob_diff"] > 0.01  # the engine's nucleus log-probs differ

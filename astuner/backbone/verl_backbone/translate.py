@@ -3,14 +3,17 @@
 Every astuner knob with a verl counterpart is set here; the user's top-level verl keys are merged on
 top, so they win. Our workflow runs as the agent loop `astuner_agent` (registered through an
 `agent_loop_config_path` file) and sets `reward_score` itself, so verl's reward workers are kept to one.
-verl has no multi-step GRPO: `multi_step_grpo` runs as verl's `grpo` over the samples of each group,
-which is the same whenever an episode yields one sample (the usual case: its calls merge).
+verl has no multi-step GRPO: `multi_step_grpo` runs as verl's `grpo`, which is the same here (verl takes
+one output per episode). verl's trainer cannot drop groups whose rewards are all equal
+(`drop_zero_variance_groups`): they stay with advantage 0. Both are logged.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Optional
+
+from loguru import logger
 
 from astuner.backbone.translate_common import cpu_mode, deep_merge, plugin_roots, user_verl_keys
 from astuner.config import RunConfig
@@ -149,6 +152,11 @@ def translate_to_verl(run: RunConfig, root: Path, model_path: Optional[str] = No
     translated["ray_kwargs"] = {"ray_init": {"runtime_env": {"env_vars": worker_env(root, cpu)}}}
     if cpu:
         translated = deep_merge(translated, cpu_overrides())
+    if al.adv_estimator == "multi_step_grpo":
+        logger.info("verl: multi_step_grpo runs as verl's grpo, the same here (verl takes one output per episode)")
+    if al.drop_zero_variance_groups:
+        logger.info("verl: groups whose rewards are all equal stay in the batch with advantage 0 (verl's trainer "
+                    "cannot drop them; astuner.trainer_common.algorithm.drop_zero_variance_groups is not honoured)")
     return deep_merge(translated, user_verl_keys(run.merged))
 
 
