@@ -129,3 +129,23 @@ def test_verl_says_what_it_cannot_do_as_asked(capsys, monkeypatch):
         assert not any("not honoured" in m or "multi_step_grpo" in m for m in said)
     finally:
         logger.remove(handler)
+
+
+def test_every_algorithm_key_reaches_verls_actor(capsys, monkeypatch):
+    """The parity table's verl column, row by row (non-default values, so that a dropped key shows)."""
+    monkeypatch.chdir(REPO_ROOT)
+    al, tc = "astuner.trainer_common.algorithm", "astuner.trainer_common"
+    cfg = dry_run("verl", capsys, f"{al}.norm_adv_by_std_in_grpo=false", f"{al}.clip_ratio_low=0.1",
+                  f"{al}.clip_ratio_high=0.28", f"{al}.clip_ratio_c=2.5", f"{al}.use_kl_loss=true",
+                  f"{al}.kl_loss_coef=0.05", f"{al}.kl_loss_type=kl", f"{al}.loss_agg_mode=seq-mean-token-sum",
+                  f"{al}.entropy_coeff=0.01", f"{tc}.ppo_epochs=2", f"{tc}.mini_batch_num=2",
+                  f"{tc}.optim.lr=2e-6", f"{tc}.optim.warmup_steps=5", f"{tc}.optim.weight_decay=0.1",
+                  f"{tc}.optim.betas=[0.8,0.95]", f"{tc}.optim.grad_clip=0.5")
+    actor = cfg["actor_rollout_ref"]["actor"]
+    assert cfg["algorithm"] == {"adv_estimator": "grpo", "norm_adv_by_std_in_grpo": False}
+    assert (actor["clip_ratio_low"], actor["clip_ratio_high"], actor["clip_ratio_c"]) == (0.1, 0.28, 2.5)
+    assert (actor["use_kl_loss"], actor["kl_loss_coef"], actor["kl_loss_type"]) == (True, 0.05, "kl")
+    assert (actor["loss_agg_mode"], actor["entropy_coeff"], actor["ppo_epochs"]) == ("seq-mean-token-sum", 0.01, 2)
+    assert actor["ppo_mini_batch_size"] == 264 // 2
+    assert actor["optim"] == {"lr": 2e-6, "lr_warmup_steps": 5, "weight_decay": 0.1, "betas": [0.8, 0.95],
+                              "clip_grad": 0.5}

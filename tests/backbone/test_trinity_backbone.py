@@ -154,11 +154,13 @@ def test_loss_settings_reach_trinitys_loss_kl_on(tmp_path, tiny_model_dir, gsm8k
     cfg, loss, verl = trinity_loss(
         tmp_path, tiny_model_dir, gsm8k_dir, f"{al}.use_kl_loss=true", f"{al}.kl_loss_type=kl",
         f"{al}.kl_loss_coef=0.05", f"{al}.clip_ratio_low=0.1", f"{al}.clip_ratio_high=0.28",
-        f"{al}.entropy_coeff=0.01", f"{al}.loss_agg_mode=seq-mean-token-sum", f"{al}.clip_ratio_c=2.5")
+        f"{al}.entropy_coeff=0.01", f"{al}.loss_agg_mode=seq-mean-token-sum", f"{al}.clip_ratio_c=2.5",
+        "astuner.trainer_common.ppo_epochs=2")
     assert isinstance(loss.kl_loss_fn, K1Fn) and loss.use_kl_loss and verl.actor.use_kl_loss is True
     assert loss.kl_loss_fn.kl_coef == 0.05
     assert (loss.policy_loss_fn.clip_range_low, loss.policy_loss_fn.clip_range_high) == (0.1, 0.28)
     assert loss.policy_loss_fn.clip_ratio_c == 2.5  # dual clip
+    assert verl.actor.ppo_epochs == 2
     assert loss.entropy_loss_fn.entropy_coef == 0.01
     assert loss.loss_agg_mode == loss.policy_loss_fn.loss_agg_mode == verl.actor.loss_agg_mode == "seq-mean-token-sum"
     assert cfg.algorithm.algorithm_type == "grpo"
