@@ -24,6 +24,7 @@ from astuner.context_tracker.madness import madness_reasons
 from astuner.context_tracker.tracker import TrackerStats, build_samples
 from astuner.errors import UserError
 from astuner.rollout.engines.base import Engine, SamplingParams
+from astuner.rollout.threads import run_in_own_thread
 from astuner.schema import Sample, Task, WorkflowOutput, WorkflowTask
 from astuner.task_judge.base import BaseJudge
 from astuner.task_judge.run_judge import judge_episode, task_as_dict
@@ -139,6 +140,7 @@ class RolloutManager:
                     self.judge, workflow_task, output, self.auxiliary_models)
                 result.metrics = {**{f"workflow/{k}": float(v) for k, v in output.metrics.items()}, **judge_metrics}
             except asyncio.TimeoutError:
+                result.recorder.closed = True  # a workflow thread may run on: its calls are refused from now
                 result.failed, result.error = True, f"TimeoutError: the episode ran over {ro.episode_timeout_s}s"
             except Exception:
                 result.failed, result.error = True, traceback.format_exc()
@@ -185,7 +187,7 @@ class RolloutManager:
         else:
             call = lambda: self.workflow(task_as_dict(workflow_task), tuner, self.auxiliary_models)  # noqa: E731
         if self.cfg.rollout.run_workflow_in_thread:
-            return await asyncio.to_thread(lambda: asyncio.run(call()))
+            return await run_in_own_thread(lambda: asyncio.run(call()))
         return await call()
 
     def _metrics(self, episodes: list[EpisodeResult], stats: TrackerStats, elapsed: float) -> dict[str, float]:

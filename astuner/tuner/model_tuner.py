@@ -26,6 +26,10 @@ from astuner.tuner.tool_parser import parse_reply
 CONTEXT_EXHAUSTED_REPLY = "[The conversation has reached the model's context limit; the episode ends here.]"
 
 
+class EpisodeClosed(RuntimeError):
+    """A call from a workflow that is still running after its episode ended (a timed-out thread)."""
+
+
 class ModelTuner(ChatModelBase):
     """Pass it as `model=` to an AgentScope agent inside your `Workflow.execute`."""
 
@@ -57,6 +61,8 @@ class ModelTuner(ChatModelBase):
     # -- the call ------------------------------------------------------------------------------------
     async def __call__(self, messages: list[dict], tools: Optional[list[dict]] = None,
                        tool_choice: Optional[str] = None, **kwargs: Any) -> ChatResponse:
+        if self.recorder.closed:
+            raise EpisodeClosed("the episode is over (it timed out); this model call is refused")
         msgs = normalize_messages(messages)
         tool_list = normalize_tools(tools)
         if tool_choice is not None:

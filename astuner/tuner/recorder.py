@@ -31,7 +31,11 @@ class EpisodeRecorder:
     truncated: bool = False  # the context ran out (a call was refused) or a reply hit its length limit
     notes: list[str] = field(default_factory=list)
 
+    closed: bool = False  # the episode ended (timed out): a workflow thread still running adds nothing more
+
     def add(self, call: CallRecord) -> None:
+        if self.closed:
+            return
         self.calls.append(call)
         if call.finish_reason == "length":
             self.truncated = True

@@ -178,3 +178,49 @@ def test_validation_uses_val_kwargs(tokenizer):
     manager = RolloutManager(cfg, AskOnce, build_judge(MathAnswerAsJudge, cfg), engine, tokenizer)
     batch = asyncio.run(manager.run(tasks(1), mode="val"))
     assert len(batch.episodes) == 2 and all(s.temperature == 0.0 for s in engine.samplings)
+
+
+class BlocksThenAsks(Workflow):
+    """A workflow that blocks its thread (a synchronous tool, a sleep) around its model call."""
+
+    async def execute(self, workflow_task, model_tuner):
+        time.sleep(0.3)
+        await model_tuner([{"role": "user", "content": workflow_task.task.main_query}])
+        time.sleep(0.3)
+        return WorkflowOutput(reward=1.0)
+
+
+def test_64_blocking_workflows_in_threads_complete_with_the_hf_engine(tiny_model_dir, tokenizer):
+    """run_workflow_in_thread at 64 workers: the workflows' threads and the hf engine's generation do not
+    share asyncio's default executor (6 workers on 2 cores: 6 blocked workflows would starve the engine and
+    every episode would time out)."""
+    from astuner.rollout.engines.hf import HFEngine
+
+    engine = HFEngine.from_pretrained(str(tiny_model_dir), tokenizer, max_num_seqs=64)
+    cfg = config(run_workflow_in_thread=True, max_env_worker=64, episode_timeout_s=60.0,
+                 max_response_length_in_one_turn=4)
+    cfg.rollout.num_repeat = 4
+    started = time.perf_counter()
+    batch = asyncio.run(RolloutManager(cfg, BlocksThenAsks, None, engine, tokenizer).run(tasks(16)))
+    assert len(batch.episodes) == 64 and not [e.error for e in batch.episodes if e.failed]
+    assert all(len(e.recorder.calls) == 1 for e in batch.episodes)
+    assert time.perf_counter() - started < 30
+
+
+class CallsAfterItsTimeout(Workflow):
+    async def execute(self, workflow_task, model_tuner):
+        time.sleep(0.6)  # past the episode's timeout, in its thread
+        await model_tuner([{"role": "user", "content": "still there?"}])
+        return WorkflowOutput(reward=1.0)
+
+
+def test_a_timed_out_thread_adds_nothing_to_its_episode(tokenizer):
+    engine = ScriptedEngine(tokenizer, lambda p: "late")
+    cfg = config(run_workflow_in_thread=True, episode_timeout_s=0.2)
+    cfg.rollout.num_repeat = 1
+    batch = asyncio.run(RolloutManager(cfg, CallsAfterItsTimeout, None, engine, tokenizer).run(
+        tasks(1), check_error_rate=False))
+    (episode,) = batch.episodes
+    assert episode.failed and "ran over 0.2s" in episode.error
+    time.sleep(1.0)  # the thread wakes up and tries its call
+    assert episode.recorder.calls == [] and engine.outputs == []

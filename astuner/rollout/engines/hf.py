@@ -10,6 +10,7 @@ runs in a worker thread; the event loop stays free for the episodes.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
@@ -42,6 +43,7 @@ class HFEngine:
         self._wakeup: Optional[asyncio.Event] = None
         self._worker: Optional[asyncio.Task] = None
         self._model_lock = threading.Lock()
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="astuner-hf-engine")
         self.stats = {"batches": 0, "sequences": 0, "generated_tokens": 0}
 
     @classmethod
@@ -86,8 +88,9 @@ class HFEngine:
             if not batch:
                 continue
             try:
-                results = await asyncio.to_thread(self._generate_batch, [r.prompt_ids for r in batch],
-                                                  [r.sampling for r in batch])
+                # on the engine's own thread: never queued behind workflows or other to_thread users
+                results = await asyncio.get_running_loop().run_in_executor(
+                    self._executor, self._generate_batch, [r.prompt_ids for r in batch], [r.sampling for r in batch])
             except Exception as exc:  # surface to every caller of this batch
                 for r in batch:
                     if not r.future.done():
