@@ -109,6 +109,10 @@ class DebugTrainer:
             self.start_step = state["step"]
             self.writer.truncate_after(self.start_step)
             logger.info(f"resumed from {self.checkpoint} (step {self.start_step} of {self.total_steps})")
+        elif self.run_dir.resumed:  # the earlier run died before its first checkpoint: it starts over
+            self.writer.truncate_after(-1)
+            logger.warning(f"--resume: {self.run_dir.checkpoints} holds no complete checkpoint; starting from step 0 "
+                           f"(the earlier run's metric rows are cleared)")
         logger.info(f"debug backbone: model {self.model_path} on {device} ({self.dtype} compute, fp32 weights), "
                     f"engine {type(self.engine).__name__}, {len(self.train_tasks)} training / {len(self.val_tasks)} "
                     f"validation tasks, {self.total_steps} steps of {cfg.data.train_batch_size} tasks x "
@@ -123,6 +127,10 @@ class DebugTrainer:
         signal.signal(signal.SIGINT, self._on_sigint)
         try:
             self._setup()
+            if self.start_step >= self.total_steps:
+                logger.info(f"nothing to do: the run finished its {self.total_steps} steps (checkpoint global_step_"
+                            f"{self.start_step}); raise astuner.trainer_common.total_training_steps to train further")
+                return
             if tc.val_before_train and self.start_step == 0 and self.val_tasks:
                 self.writer.write(0, self.validate(0))
             bar = tqdm(total=self.total_steps, initial=self.start_step, desc="training", unit="step",

@@ -189,3 +189,24 @@ def test_first_update_at_top_p_half_is_not_clipped(project, capsys):
     (row,) = [r for r in rows if r["step"] == 1]
     assert row["actor/clip_frac"] == 0.0 and abs(row["actor/ratio_mean"] - 1.0) < 1e-5
     assert row["actor/rollout_logprob_diff"] > 0.01  # the engine's nucleus log-probs differ
+
+
+def test_resume_of_a_finished_run_has_nothing_to_do(project, capsys):
+    args = tiny_args(2, "astuner.trainer_common.test_freq=-1")
+    assert run_cli(args, capsys)[0] == 0
+    metrics = project / "launcher_record" / "tiny_cpu" / "metrics.jsonl"
+    before = metrics.read_text()
+    code, _, err = run_cli(args + ["--resume"], capsys)
+    assert code == 0 and "nothing to do: the run finished its 2 steps" in err
+    assert metrics.read_text() == before
+
+
+def test_resume_without_a_checkpoint_says_so_and_starts_over(project, capsys):
+    args = tiny_args(2, "astuner.trainer_common.test_freq=-1")
+    assert run_cli(args, capsys)[0] == 0
+    root = project / "launcher_record" / "tiny_cpu"
+    shutil.rmtree(root / "checkpoints" / "global_step_2")  # as if the run had died before its first checkpoint
+    code, _, err = run_cli(args + ["--resume"], capsys)
+    assert code == 0 and "holds no complete checkpoint; starting from step 0" in err
+    steps = [json.loads(line)["step"] for line in (root / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [0, 1, 2]  # the dead run's rows are not left in front of the new run's
