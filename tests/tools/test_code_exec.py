@@ -9,7 +9,6 @@ import time
 import pytest
 
 from astuner.tools import make_execute_python_code
-from astuner.tools.code_exec import network_isolation_prefix
 
 
 def run(code, **limits):
@@ -49,12 +48,12 @@ def test_output_is_truncated():
     assert len(text) < 2000 and "truncated" in text
 
 
-def test_runs_in_a_fresh_temporary_folder():
-    text = run("import os; print(os.getcwd()); print(sorted(os.listdir('.')))")
-    assert "astuner_code_" in text and "['main.py']" in text
+def test_runs_in_a_fresh_working_folder():
+    text = run("import os; print(os.getcwd()); print(sorted(os.listdir('.'))); open('x', 'w').write('1')")
+    assert "/work\n['main.py']" in text
+    assert "['main.py']" in run("import os; print(sorted(os.listdir('.')))")  # nothing left from the last run
 
 
-@pytest.mark.skipif(not network_isolation_prefix(), reason="no network namespace available on this OS")
 def test_no_network_even_to_this_machines_loopback():
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
@@ -66,27 +65,3 @@ def test_no_network_even_to_this_machines_loopback():
         server.close()
     assert "<stdout></stdout>" in text
     assert "Network is unreachable" in text or "ConnectionRefusedError" in text
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie waiting for its parent to reap it is not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def test_time_limit_kills_the_processes_the_code_started():
-    code = ("import subprocess, sys, time\n"
-            "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],\n"
-            "                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
-            "print(child.pid, flush=True)\n"
-            "time.sleep(60)\n")
-    text = run(code, timeout_s=2)
-    assert "TimeoutError" in text
-    pid = int(text.split("<stdout>")[1].split("</stdout>")[0])
-    deadline = time.monotonic() + 5
-    while alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not alive(pid)  # its whole process group, not only the main process
