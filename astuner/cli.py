@@ -16,6 +16,9 @@ examples:
   astuner --conf tutorial/example_math_agent/math_agent.yaml --dry-run
   astuner --conf my_agent.yaml --backbone=debug astuner.data.train_batch_size=8
   astuner --conf my_agent.yaml --backbone=trinity --with-ray
+  astuner --conf my_agent.yaml 'astuner.rollout.agentscope_workflow=my_pkg.agent->MyWorkflow'
+plug-in strings hold '->': quote the whole override, or the shell reads '>' as a redirect.
+ctrl-c stops the run cleanly; a second ctrl-c stops it at once.
 """
 
 
@@ -38,20 +41,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _error(message: str) -> None:
+    """One line; paths under the working folder shown relative to it (as the user typed them)."""
+    import os
+
+    cwd = os.getcwd().rstrip(os.sep) + os.sep
+    message = " ".join(message.replace(cwd, "").split("\n"))
     print(f"astuner: error: {message}", file=sys.stderr)
 
 
 def _run(args: argparse.Namespace) -> int:
     from astuner.config import load_run_config, resolve_plugins
+    from astuner.preflight import preflight
     from astuner.records.run_dir import dump_config
 
     run_config = load_run_config(args.conf, args.overrides)
     plugins = resolve_plugins(run_config)
-    from astuner.task_reader import check_task_source
-
-    check_task_source(run_config.astuner, run_config.extra_roots)
     run_root = Path(args.exp_dir) / run_config.experiment_name
     if args.dry_run:
+        notes = preflight(run_config, Path(args.exp_dir), offline=True)
         if args.backbone == "debug":
             sys.stdout.write(dump_config(run_config.merged))
         else:
@@ -59,6 +66,8 @@ def _run(args: argparse.Namespace) -> int:
 
             sys.stdout.write(f"# {args.backbone} config translated from {run_config.conf_path}\n")
             sys.stdout.write(dump_config(dry_run_config(args.backbone, run_config, run_root.absolute())))
+        for note in notes:
+            print(f"astuner: {note}", file=sys.stderr)
         judge = run_config.astuner.task_judge.judge_protocol or "none (the workflow returns rewards)"
         print(f"astuner: config OK (dry run, nothing started): backbone={args.backbone}, "
               f"workflow={run_config.astuner.rollout.agentscope_workflow}, judge={judge}, run folder={run_root}",
@@ -67,14 +76,39 @@ def _run(args: argparse.Namespace) -> int:
 
     from astuner.backbone import RunContext, load_backbone
     from astuner.records import prepare_run_dir
-    from astuner.records.run_dir import check_run_dir
+    from astuner.records.run_dir import check_run_dir, mark_if_never_stepped
 
     backbone = load_backbone(args.backbone)
     check_run_dir(Path(args.exp_dir), run_config.experiment_name, args.resume)
+    preflight(run_config, Path(args.exp_dir), offline=False)
     run_dir = prepare_run_dir(Path(args.exp_dir), run_config.experiment_name, run_config.merged, args.resume)
-    backbone.run(RunContext(config=run_config, plugins=plugins, run_dir=run_dir,
-                            with_ray=args.with_ray, with_logview=args.with_logview))
+    try:
+        backbone.run(RunContext(config=run_config, plugins=plugins, run_dir=run_dir,
+                                with_ray=args.with_ray, with_logview=args.with_logview))
+    except BaseException:
+        mark_if_never_stepped(run_dir)
+        raise
     return EXIT_OK
+
+
+def _second_interrupt_stops_at_once() -> object:
+    """Ctrl-C once: KeyboardInterrupt, the run winds down. Twice: one line, exit 130 now (the Ray head we
+    started has a reaper of its own that stops it when this process is gone)."""
+    import os
+    import signal
+
+    def handler(signum: int, frame: object) -> None:
+        if getattr(handler, "seen", False):
+            _error("interrupted twice; stopped at once")
+            sys.stderr.flush()
+            os._exit(EXIT_INTERRUPTED)
+        handler.seen = True  # type: ignore[attr-defined]
+        raise KeyboardInterrupt
+
+    try:
+        return signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not the main thread (main() called from a library thread): leave Python's default
+        return None
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -86,6 +120,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     from astuner.errors import AstunerError
 
+    previous = _second_interrupt_stops_at_once()
     try:
         return _run(args)
     except AstunerError as exc:
@@ -102,6 +137,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         logger.error(f"internal failure:\n{traceback.format_exc()}")
         _error("internal failure (traceback above); please report it with the config you ran")
         return EXIT_INTERNAL
+    finally:
+        if previous is not None:
+            import signal
+
+            signal.signal(signal.SIGINT, previous)
 
 
 if __name__ == "__main__":  # pragma: no cover

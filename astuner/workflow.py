@@ -36,5 +36,5 @@ def check_workflow_plugin(obj: Any) -> Optional[str]:
 
     return subclass_or_async_function_problem(
         obj, Workflow, "execute",
-        "a Workflow subclass (class X(Workflow) with 'async def execute(self, workflow_task, model_tuner)') "
-        "or an async function (task, model, auxiliary_models=None)", async_method=True)
+        "a Workflow subclass with 'async def execute(self, workflow_task, model_tuner)' or an async function "
+        "(task, model, ...)", async_method=True)

@@ -1,5 +1,7 @@
 """A backbone for CLI tests: records what it was given, or misbehaves on request."""
 
+import time
+
 from loguru import logger
 
 CALLS = []
@@ -12,5 +14,14 @@ def run(ctx):
         raise KeyboardInterrupt
     if mode == "crash":
         raise RuntimeError("internal bug")
+    if mode == "step_then_crash":
+        (ctx.run_dir.root / "metrics.jsonl").write_text('{"step": 1}\n')
+        raise RuntimeError("internal bug after a step")
+    if mode == "slow_cleanup":  # a run whose shutdown takes long (the first Ctrl-C lands in the sleep)
+        (ctx.run_dir.root / "ran.txt").write_text(ctx.config.experiment_name)
+        try:
+            time.sleep(120)
+        finally:
+            time.sleep(120)
     logger.info("fake backbone ran")
     (ctx.run_dir.root / "ran.txt").write_text(ctx.config.experiment_name)

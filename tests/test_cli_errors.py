@@ -23,8 +23,47 @@ def replace(old: str, new: str) -> Callable[[str], str]:
     return edit
 
 
+def both(*edits: Callable[[str], str]) -> Callable[[str], str]:
+    def edit(text: str) -> str:
+        for one in edits:
+            text = one(text)
+        return text
+    return edit
+
+
+def dataset_file(path: str) -> Callable[[str], str]:
+    return replace("type: huggingface_dat_repo ", f"type: dataset_file\n    dataset_file: {{training: {{file_path: {path}}}}}\n   ")
+
+
+def hf_local(path: str, split: str = "train") -> Callable[[str], str]:
+    return replace("{dataset_path: 'gsm8k/main', training_split: train, validation_split: test}",
+                   f"{{dataset_path: {path}, training_split: {split}, validation_split: null}}")
+
+
+def model(path: str) -> Callable[[str], str]:
+    return both(dataset_file("data/ok.jsonl"), replace("model: {path: Qwen/Qwen2.5-14B-Instruct}", f"model: {{path: {path}}}"))
+
+
 EXTRA_FILES = {
-    "workflows/broken.py": "def broken(:\n    pass\n",
+    "workflows/broken.py": "x = 1\n\ndef broken(:\n    pass\n",
+    "data/ok.jsonl": '{"question": "1 + 1?", "answer": "2"}\n',
+    "data/empty.jsonl": "\n",
+    "data/malformed.jsonl": '{"question": "q1", "answer": "1"}\n{"question": "q2"\n',
+    "data/noquery.jsonl": '{"prompt": "q1", "answer": "1"}\n',
+    "data/dup.jsonl": '{"question": "a", "task_id": "t1"}\n{"question": "b", "task_id": "t1"}\n',
+    "data/latin1.jsonl": b'{"question": "caf\xe9"}\n',
+    "data/a_folder/x.jsonl": '{"question": "q"}\n',
+    "data/table.parquet": "junk",
+    "hf_corrupt/train.parquet": "junk",
+    "hf_nodata/README.txt": "notes",
+    "hf_splits/train.jsonl": '{"question": "q"}\n',
+    "models/no_config/tokenizer.json": "{}",
+    "models/no_type/config.json": '{"hidden_size": 8}',
+    "models/no_tokenizer/config.json": '{"model_type": "qwen2"}',
+    "models/no_tokenizer/model.safetensors": "junk",
+    "models/bad_json/config.json": "{not json",
+    "models/a_file.bin": "junk",
+    "a_file": "not a folder",
     "workflows/sync_wf.py": ("from astuner import Workflow\n\nclass SyncWorkflow(Workflow):\n"
                              "    def execute(self, workflow_task, model_tuner):\n        return None\n"),
 }
@@ -76,7 +115,7 @@ CASES: list[tuple[str, Optional[Callable[[str], str]], list[str], list[str]]] = 
     ("plugin-file-missing", replace("math_agent.math_agent->MathAgentWorkflow", "workflows/nope.py->Wf"), [],
      ["file 'workflows/nope.py'", "does not exist"]),
     ("plugin-import-error", replace("math_agent.math_agent->MathAgentWorkflow", "workflows/broken.py->broken"), [],
-     ["importing", "broken.py", "SyntaxError"]),
+     ["importing", "workflows/broken.py:3: SyntaxError"]),
     ("workflow-wrong-kind", replace("math_agent.math_agent->MathAgentWorkflow",
                                     "astuner.task_judge.math_answer_as_judge->MathAnswerAsJudge"), [],
      ["astuner.rollout.agentscope_workflow", "names class MathAnswerAsJudge", "must be a Workflow subclass"]),
@@ -102,29 +141,89 @@ CASES: list[tuple[str, Optional[Callable[[str], str]], list[str], list[str]]] = 
     ("backbone-extra-missing", None, ["--backbone", "verl"], ["backbone verl needs verl: pip install 'astuner[verl]'"]),
     ("trinity-extra-missing", None, ["--backbone", "trinity"],
      ["backbone trinity needs Trinity-RFT: pip install 'astuner[trinity]'"]),
+    ("yaml-root-string", lambda t: "just a string\n", [], ["must hold a mapping", "not a str"]),
+    ("yaml-empty", lambda t: "# nothing yet\n", [], ["must hold a mapping", "not nothing"]),
+    ("plugin-cut-by-shell-redirect", None, ["astuner.rollout.agentscope_workflow=math_agent.math_agent-"],
+     ["ends at '-'", "redirect", "quote the override"]),
+    ("plugin-quoted-but-unknown", None, ["astuner.rollout.agentscope_workflow=math_agent.math_agent->Nope"],
+     ["'Nope' is not defined"]),
+    ("exp-dir-is-a-file", None, ["--exp-dir", "a_file"], ["--exp-dir a_file is a file"]),
+    ("exp-dir-under-a-file", None, ["--exp-dir", "a_file/runs"], ["a_file is a file"]),
 ]
+
+# Mistakes in what a run reads (tasks, model, environment service): --dry-run must catch them too.
+PREFLIGHT_CASES: list[tuple[str, Optional[Callable[[str], str]], list[str], list[str]]] = [
+    ("data-empty", dataset_file("data/empty.jsonl"), [], ["empty.jsonl: the file holds no tasks"]),
+    ("data-malformed-row", dataset_file("data/malformed.jsonl"), [], ["malformed.jsonl:2: invalid JSON"]),
+    ("data-row-without-query", dataset_file("data/noquery.jsonl"), [],
+     ["noquery.jsonl:1", "neither 'main_query' nor 'question'", "query_field"]),
+    ("data-duplicate-ids", dataset_file("data/dup.jsonl"), [], ["task id 't1' appears twice"]),
+    ("data-not-utf8", dataset_file("data/latin1.jsonl"), [], ["latin1.jsonl: not UTF-8"]),
+    ("data-file-is-a-folder", dataset_file("data/a_folder"), [], ["a_folder (train) is a folder"]),
+    ("data-file-is-parquet", dataset_file("data/table.parquet"), [], ["table.parquet (train) is not JSON lines"]),
+    ("hf-local-corrupt-parquet", hf_local("hf_corrupt"), [], ["hf_corrupt cannot be", "Parquet"]),
+    ("hf-local-no-data-files", hf_local("hf_nodata"), [], ["hf_nodata holds no data files"]),
+    ("hf-local-missing-split", hf_local("hf_splits", "training"), [], ["has no split 'training'"]),
+    ("model-absolute-path-missing", model("/opt/models/none"), [], ["no model folder '/opt/models/none'"]),
+    ("model-folder-without-config", model("models/no_config"), [], ["no_config is not a model folder (no config.json)"]),
+    ("model-config-without-type", model("models/no_type"), [], ["names no model_type"]),
+    ("model-config-bad-json", model("models/bad_json"), [], ["config.json is not valid JSON"]),
+    ("model-without-tokenizer", model("models/no_tokenizer"), [], ["no_tokenizer has no tokenizer files"]),
+    ("model-path-is-a-file", model("models/a_file.bin"), [], ["a_file.bin is a file"]),
+    ("env-service-refused", replace("type: huggingface_dat_repo ",
+                                    "type: env_service\n    env_service: {env_url: 'http://127.0.0.1:9', env_type: x}\n   "),
+     [], ["http://127.0.0.1:9", "start the service"]),
+]
+
+
+def _write_extra_files(root: Path) -> None:
+    for rel, content in EXTRA_FILES.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            (root / rel).write_bytes(content)
+        else:
+            (root / rel).write_text(content)
+
+
+def _assert_one_line_user_error(code: int, out: str, err: str, fragments: list[str], case_id: str = "") -> str:
+    assert code == 2, (code, err)
+    message = err.strip().splitlines()[-1] if case_id == "unknown-backbone" else err.strip()
+    assert len(message.splitlines()) == 1, err
+    assert message.startswith(("astuner: error: ", "usage:")) or case_id == "unknown-backbone", message
+    assert len(message) <= 300, f"{len(message)} characters: {message}"
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} not in {message!r}"
+    assert out == ""
+    return message
 
 
 @pytest.mark.parametrize("case_id,edit,argv,fragments", CASES, ids=[c[0] for c in CASES])
 def test_bad_input_exits_2_with_one_line_cause(seed, capsys, case_id, edit, argv, fragments):
-    for rel, text in EXTRA_FILES.items():
-        (seed.root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (seed.root / rel).write_text(text)
+    _write_extra_files(seed.root)
+    before = sorted(p.relative_to(seed.root) for p in seed.root.rglob("*") if "__pycache__" not in p.parts)
     if edit is not None:
         seed.yaml_path.write_text(edit(SEED_YAML))
     full = (["--conf", YAML] if "--conf" not in argv else []) + argv
     code, out, err = run_cli(full, capsys)
-    assert code == 2, (code, err)
-    message = err.strip().splitlines()[-1] if case_id == "unknown-backbone" else err.strip()
-    assert len(message.splitlines()) == 1, err
-    for fragment in fragments:
-        assert fragment in message, f"{fragment!r} not in {message!r}"
-    assert not (Path.cwd() / "launcher_record").exists()
-    assert out == ""
+    _assert_one_line_user_error(code, out, err, fragments, case_id)
+    after = sorted(p.relative_to(seed.root) for p in seed.root.rglob("*") if "__pycache__" not in p.parts)
+    assert after == before  # nothing written: no run folder, no stray file
 
 
-def test_at_least_twenty_cases():
-    assert len(CASES) >= 20
+@pytest.mark.parametrize("dry_run", [False, True], ids=["run", "dry-run"])
+@pytest.mark.parametrize("case_id,edit,argv,fragments", PREFLIGHT_CASES, ids=[c[0] for c in PREFLIGHT_CASES])
+def test_bad_run_input_exits_2_before_anything_is_written(seed, capsys, case_id, edit, argv, fragments, dry_run):
+    _write_extra_files(seed.root)
+    before = sorted(p.relative_to(seed.root) for p in seed.root.rglob("*") if "__pycache__" not in p.parts)
+    seed.yaml_path.write_text(edit(SEED_YAML))
+    code, out, err = run_cli(["--conf", YAML, *(["--dry-run"] if dry_run else []), *argv], capsys)
+    _assert_one_line_user_error(code, out, err, fragments)
+    after = sorted(p.relative_to(seed.root) for p in seed.root.rglob("*") if "__pycache__" not in p.parts)
+    assert after == before
+
+
+def test_at_least_forty_cases():
+    assert len(CASES) + len(PREFLIGHT_CASES) >= 40
 
 
 def test_several_problems_are_all_reported(seed, capsys):

@@ -9,16 +9,20 @@ import pytest
 import yaml
 
 from astuner import backbone
-from astuner.records.run_dir import prepare_run_dir
+from astuner.records.run_dir import NEVER_STEPPED, holds_run, prepare_run_dir
 from astuner.errors import RunDirError
 from tests import fake_backbone
-from tests.conftest import REPO_ROOT, run_cli
+from tests.conftest import REPO_ROOT, SEED_YAML, run_cli
 
 YAML = "math_agent/math_agent.yaml"
 
 
 @pytest.fixture
-def fake(monkeypatch):
+def fake(seed, monkeypatch):
+    """The fake backbone, and the seed reading a local task file (a run reads its tasks before it starts)."""
+    (seed.root / "tasks.jsonl").write_text('{"question": "1 + 1?", "answer": "2"}\n')
+    seed.yaml_path.write_text(SEED_YAML.replace(
+        "type: huggingface_dat_repo ", "type: dataset_file\n    dataset_file: {training: {file_path: tasks.jsonl}}\n   "))
     monkeypatch.setitem(backbone.BACKBONES, "debug", "tests.fake_backbone")
     fake_backbone.CALLS.clear()
     return fake_backbone
@@ -78,6 +82,54 @@ def test_interrupt_exits_130_and_crash_exits_1(seed, capsys, fake):
     code, _, err = run_cli(["--conf", YAML, "+fake_backbone_mode=crash", "--resume"], capsys)
     assert code == 1
     assert "RuntimeError: internal bug" in err and "internal failure" in err
+
+
+def test_a_run_that_ends_before_its_first_step_leaves_no_run_behind(seed, capsys, fake):
+    root = seed.root / "launcher_record" / "math_agent"
+    assert run_cli(["--conf", YAML, "+fake_backbone_mode=crash"], capsys)[0] == 1
+    assert (root / NEVER_STEPPED).exists() and not holds_run(root)
+    code, _, err = run_cli(["--conf", YAML], capsys)  # the fixed rerun proceeds, without --resume
+    assert code == 0, err
+    assert (root / "ran.txt").exists() and not (root / NEVER_STEPPED).exists()
+    assert "fake backbone ran" in (root / "astuner.log").read_text()
+    failed_logs = list(root.glob("astuner.failed_start.*.log"))
+    assert len(failed_logs) == 1 and "internal bug" in failed_logs[0].read_text()
+
+
+def test_a_run_that_stepped_stays_a_run_when_it_fails(seed, capsys, fake):
+    root = seed.root / "launcher_record" / "math_agent"
+    assert run_cli(["--conf", YAML, "+fake_backbone_mode=step_then_crash"], capsys)[0] == 1
+    assert holds_run(root) and not (root / NEVER_STEPPED).exists()
+    code, _, err = run_cli(["--conf", YAML], capsys)
+    assert code == 2 and "already holds a run" in err
+
+
+def test_second_ctrl_c_ends_with_one_line(seed, fake, tmp_path):
+    """Ctrl-C while the run winds down from the first one: the CLI's line and exit 130, no task dump."""
+    import signal
+    import time
+
+    script = tmp_path / "slow.py"
+    script.write_text(
+        "import sys, time\n"
+        "from astuner import backbone\n"
+        "backbone.BACKBONES['debug'] = 'tests.fake_backbone'\n"
+        "from astuner.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n")
+    proc = subprocess.Popen([sys.executable, str(script), "--conf", YAML, "+fake_backbone_mode=slow_cleanup"],
+                            cwd=seed.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**__import__("os").environ, "PYTHONPATH": str(REPO_ROOT)})
+    ready = seed.root / "launcher_record" / "math_agent" / "ran.txt"
+    deadline = time.monotonic() + 60
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert err.strip().splitlines()[-1] == "astuner: error: interrupted twice; stopped at once"
+    assert "Traceback" not in err
 
 
 def test_prepare_run_dir_refuses_without_resume(tmp_path):

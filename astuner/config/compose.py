@@ -46,6 +46,10 @@ def _load_user_yaml(conf_path: Path) -> DictConfig:
     if not conf_path.is_file():
         raise ConfigError(f"--conf {conf_path} is a folder, not a YAML file")
     try:
+        top = yaml.safe_load(conf_path.read_text(encoding="utf-8"))
+        if not isinstance(top, dict):
+            kind = "nothing" if top is None else f"a {type(top).__name__} ({str(top)[:40]!r})"
+            raise ConfigError(f"{conf_path}: the file must hold a mapping (astuner: ..., hydra: ...), not {kind}")
         loaded = OmegaConf.load(conf_path)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
@@ -87,6 +91,15 @@ def _resolve_search_entry(entry: Any, conf_path: Path, where: str) -> str:
                       f"fix the path or use pkg://astuner/default_config")
 
 
+def quote_plugin_override(override: str) -> str:
+    """`key=pkg.mod->Name` as typed (in shell quotes) becomes `key='pkg.mod->Name'`: Hydra's override lexer
+    takes '>' only inside quotes."""
+    key, sep, value = override.partition("=")
+    if not sep or "->" not in value or value[:1] in ("'", '"'):
+        return override
+    return f"{key}='" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def _check_overrides(overrides: list[str]) -> None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import OverrideParseException
@@ -117,7 +130,7 @@ def compose_config(conf_path: Path | str, overrides: list[str] | None = None) ->
     from hydra.core.config_store import ConfigStore
     from hydra.errors import HydraException, MissingConfigException
 
-    overrides = list(overrides or [])
+    overrides = [quote_plugin_override(o) for o in overrides or []]
     conf_path = Path(conf_path).absolute()
     user = _load_user_yaml(conf_path)
     src = SourceMap(conf_path, overrides)
@@ -153,8 +166,8 @@ def compose_config(conf_path: Path | str, overrides: list[str] | None = None) ->
             cfg = compose(config_name=_PRIMARY_NAME, overrides=overrides)
     except MissingConfigException as exc:
         missing = getattr(exc, "missing_cfg_file", None) or str(exc).strip().splitlines()[0]
-        raise ConfigError(f"{src.where('defaults')}: defaults entry {missing!r} was not found in the search path "
-                          f"({', '.join(searchpath)}); check defaults and hydra.searchpath") from None
+        raise ConfigError(f"{src.where('defaults')}: defaults entry {missing!r} was not found in the "
+                          f"{len(searchpath)} folders of hydra.searchpath; check defaults and hydra.searchpath") from None
     except (HydraException, OmegaConfBaseException) as exc:
         message = " ".join(str(exc).split())
         message = message.replace(f"'{_PRIMARY_NAME}'", str(conf_path))

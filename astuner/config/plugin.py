@@ -25,6 +25,9 @@ SEPARATOR = "->"
 
 
 def split_plugin_string(spec: str, key: str) -> tuple[str, str]:
+    if isinstance(spec, str) and spec.rstrip().endswith("-") and SEPARATOR not in spec:
+        raise PluginError(f"{key}: plug-in string {spec!r} ends at '-': the shell read '>' as a redirect (and made "
+                          f"a file); quote the override: '{key}=pkg.module->Name'")
     if not isinstance(spec, str) or SEPARATOR not in spec:
         raise PluginError(f"{key}: plug-in string {spec!r} has no '{SEPARATOR}'; write 'package.module->Name' "
                           f"or 'path/to/file.py->Name'")
@@ -44,6 +47,9 @@ def _import_failure(spec: str, key: str, what: str, exc: BaseException) -> Plugi
     frames = traceback.extract_tb(exc.__traceback__)
     user_frames = [f for f in frames if "importlib" not in f.filename]
     where = f" at {user_frames[-1].filename}:{user_frames[-1].lineno}" if user_frames else ""
+    if isinstance(exc, SyntaxError) and exc.filename:  # the user's file and line, not the import machinery's
+        where = f" at {exc.filename}:{exc.lineno}"
+        exc = SyntaxError(exc.msg)
     return PluginError(f"{key}: importing {what} for {spec!r} failed{where}: {type(exc).__name__}: {exc}")
 
 

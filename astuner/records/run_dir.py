@@ -16,6 +16,8 @@ from loguru import logger
 from astuner.errors import RunDirError
 
 RUN_MARKERS = ("config.yaml", "astuner.log", "checkpoints", "metrics.jsonl")
+NEVER_STEPPED = "FAILED_BEFORE_FIRST_STEP"
+"""Written into a new run's folder when the run ended before its first step: a rerun starts afresh there."""
 
 
 @dataclass
@@ -49,7 +51,41 @@ class RunDir:
 
 
 def holds_run(folder: Path) -> bool:
-    return folder.is_dir() and any((folder / m).exists() for m in RUN_MARKERS)
+    """A run that took at least one step (or is running) lives here."""
+    return (folder.is_dir() and not (folder / NEVER_STEPPED).exists()
+            and any((folder / m).exists() for m in RUN_MARKERS))
+
+
+def _stepped(run: "RunDir") -> bool:
+    metrics = run.root / "metrics.jsonl"
+    if metrics.is_file() and metrics.stat().st_size > 0:
+        return True
+    return run.checkpoints.is_dir() and any(p.name.startswith("global_step_") for p in run.checkpoints.iterdir())
+
+
+def mark_if_never_stepped(run: "RunDir") -> None:
+    """A new run that ended before its first step leaves no run behind: its folder is marked, and the next
+    start there proceeds (keeping this attempt's log as astuner.failed_start.<time>.log)."""
+    try:
+        if not run.resumed and not _stepped(run):
+            (run.root / NEVER_STEPPED).write_text("this run ended before its first step; a rerun starts afresh\n")
+    except OSError:
+        pass
+
+
+def _clear_failed_start(root: Path) -> None:
+    import shutil
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for item in root.iterdir():
+        if item.name == "astuner.log":
+            item.rename(root / f"astuner.failed_start.{stamp}.log")
+        elif item.name.startswith("astuner.failed_start."):
+            continue
+        elif item.is_dir() and not item.is_symlink():
+            shutil.rmtree(item)
+        else:
+            item.unlink()
 
 
 def check_run_dir(exp_dir: Path, experiment_name: str, resume: bool) -> Path:
@@ -72,6 +108,8 @@ def prepare_run_dir(exp_dir: Path, experiment_name: str, merged: dict[str, Any],
     """Create (or reopen, with `resume`) the run folder, write config.yaml and start logging to astuner.log.
     On resume a changed config is kept: the earlier one is saved as config.before_resume_<time>.yaml."""
     root = check_run_dir(exp_dir, experiment_name, resume)
+    if (root / NEVER_STEPPED).exists():
+        _clear_failed_start(root)
     resumed = holds_run(root)
     root.mkdir(parents=True, exist_ok=True)
     run = RunDir(root=root, resumed=resumed, layout=layout)

@@ -24,5 +24,5 @@ def check_judge_plugin(obj: Any) -> Optional[str]:
     """None when `obj` can serve as `task_judge.judge_protocol`, else what it must be."""
     return subclass_or_async_function_problem(
         obj, BaseJudge, "compute_reward",
-        "a BaseJudge subclass (class X(BaseJudge) with compute_reward(self, workflow_task, workflow_output)) "
-        "or an async function (task, response, auxiliary_models=None)")
+        "a BaseJudge subclass with compute_reward(self, workflow_task, workflow_output) or an async function "
+        "(task, response, ...)")

@@ -39,22 +39,6 @@ def build_task_reader(cfg: AstunerConfig, extra_roots: Sequence[Path] = ()) -> T
     raise ValueError(f"unknown task reader type {tr.type!r}")  # validate_astuner_tree rejects this earlier
 
 
-def check_task_source(cfg: AstunerConfig, extra_roots: Sequence[Path] = ()) -> None:
-    """Cheap checks that need no download or network call (used by --dry-run before a run starts):
-    the files a `dataset_file` reader names exist."""
-    from astuner.config.paths import find_user_path, tried_paths
-    from astuner.errors import DataError
-
-    if cfg.task_reader.type != "dataset_file":
-        return
-    for split, split_cfg in (("training", cfg.task_reader.dataset_file.training),
-                             ("validation", cfg.task_reader.dataset_file.validation)):
-        raw = split_cfg.file_path
-        if raw and (find_user_path(raw, extra_roots) is None):
-            raise DataError(f"astuner.task_reader.dataset_file.{split}.file_path: {raw!r} does not exist "
-                            f"(tried {tried_paths(raw, extra_roots)})")
-
-
 def has_validation(cfg: AstunerConfig) -> bool:
     """Whether the config names a validation set (decided from the config alone, nothing is read)."""
     tr = cfg.task_reader

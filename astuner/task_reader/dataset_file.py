@@ -14,11 +14,19 @@ from astuner.task_reader.rows import row_to_task, unique_ids
 
 def read_jsonl_tasks(raw_path: str, split: str, query_field: str, extra_roots: Sequence[Path] = ()) -> list[Task]:
     path = find_user_path(raw_path, extra_roots)
-    if path is None or not path.is_file():
-        raise DataError(f"dataset file {raw_path!r} ({split}) does not exist (tried {tried_paths(raw_path, extra_roots)})")
+    if path is None:
+        key = f"astuner.task_reader.dataset_file.{'training' if split == 'train' else 'validation'}.file_path"
+        raise DataError(f"{key}: {raw_path!r} does not exist (tried {tried_paths(raw_path, extra_roots)})")
+    if not path.is_file():
+        raise DataError(f"dataset file {path} ({split}) is a folder; name a JSON-lines file (for a folder of "
+                        f"data files use type: huggingface_dat_repo)")
+    if path.suffix.lower() in (".parquet", ".csv", ".arrow"):
+        raise DataError(f"dataset file {path} ({split}) is not JSON lines; for {path.suffix} files use "
+                        f"type: huggingface_dat_repo with dataset_path: {path}")
     tasks = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
+    with open(path, encoding="utf-8", errors="strict") as fh:
+        lines = _lines(fh, path)
+        for lineno, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
             where = f"{path}:{lineno}"
@@ -30,6 +38,13 @@ def read_jsonl_tasks(raw_path: str, split: str, query_field: str, extra_roots: S
     if not tasks:
         raise DataError(f"{path}: the file holds no tasks; add one JSON object per line")
     return unique_ids(tasks, str(path))
+
+
+def _lines(fh, path: Path) -> list[str]:
+    try:
+        return fh.readlines()
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: not UTF-8 text (byte {exc.start}); dataset files are JSON lines") from None
 
 
 class DatasetFileReader:

@@ -28,6 +28,26 @@ def _pick_split(dataset: Any, split: str, source: str) -> Any:
 def _load_local(path: Path, name: Optional[str], split: str) -> Any:
     import datasets
 
+    verbosity = datasets.logging.get_verbosity()
+    bars = datasets.utils.logging.is_progress_bar_enabled()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # its own log line would repeat our one-line error
+    datasets.disable_progress_bars()
+    try:
+        return _read_local(path, name, split)
+    except DataError:
+        raise
+    except Exception as exc:  # datasets' and pyarrow's errors on unreadable local data
+        first = (str(exc).strip().splitlines() or [""])[0][:160]
+        raise DataError(f"{KEY}: {path} cannot be read as a dataset: {type(exc).__name__}: {first}") from None
+    finally:
+        datasets.logging.set_verbosity(verbosity)
+        if bars:
+            datasets.enable_progress_bars()
+
+
+def _read_local(path: Path, name: Optional[str], split: str) -> Any:
+    import datasets
+
     if path.is_dir() and ((path / "dataset_dict.json").exists() or (path / "state.json").exists()):
         return _pick_split(datasets.load_from_disk(str(path)), split, str(path))
     if path.is_file():
@@ -35,6 +55,8 @@ def _load_local(path: Path, name: Optional[str], split: str) -> Any:
         if builder is None:
             raise DataError(f"{KEY}: {path} is not a .jsonl/.json/.parquet/.csv file")
         return datasets.load_dataset(builder, data_files={"train": str(path)}, split="train")
+    if path.is_dir() and not any(p.suffix.lower() in _FILE_BUILDERS for p in path.rglob("*") if p.is_file()):
+        raise DataError(f"{KEY}: {path} holds no data files (.jsonl, .json, .parquet, .csv)")
     try:
         return datasets.load_dataset(str(path), name, split=split)
     except ValueError as exc:

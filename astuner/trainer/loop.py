@@ -67,8 +67,9 @@ class DebugTrainer:
         weights = str(self.checkpoint / "model") if self.checkpoint else self.model_path
         try:
             self.model = AutoModelForCausalLM.from_pretrained(weights, dtype=torch.float32).to(device)
-        except OSError as exc:
-            raise DataError(f"astuner.model.path: cannot load a model from {weights!r} ({str(exc).splitlines()[0]})") \
+        except Exception as exc:  # noqa: BLE001 - OSError, safetensors' and transformers' errors on a bad folder
+            first = (str(exc).strip().splitlines() or [""])[0][:150]
+            raise DataError(f"astuner.model.path: cannot load a model from {weights!r} ({type(exc).__name__}: {first})") \
                 from None
         self.model.eval()
         reference = None

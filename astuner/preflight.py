@@ -1,0 +1,97 @@
+"""What a run needs, checked before anything is written: the run folder's parent, the task source (every
+row read as the run will read it; an environment service asked for its task ids), the model folder. The
+CLI runs these for `--dry-run` too, so a dry run catches what the run would; a check that needs the network
+(a hub dataset or model) is skipped there and said so."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+from astuner.errors import DataError, RunDirError
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+
+
+def check_exp_dir(exp_dir: Path) -> None:
+    """`--exp-dir` must be a folder (or creatable as one) that this user can write in."""
+    path = Path(exp_dir)
+    if path.exists() and not path.is_dir():
+        raise RunDirError(f"--exp-dir {path} is a file, not a folder; pick another --exp-dir")
+    existing = path if path.exists() else next((p for p in path.absolute().parents if p.exists()), Path("/"))
+    if not existing.is_dir():
+        raise RunDirError(f"--exp-dir {path}: {existing} is a file, not a folder; pick another --exp-dir")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise RunDirError(f"--exp-dir {path}: {existing} is not writable by this user; pick another --exp-dir")
+
+
+def _hub_only(cfg: Any, extra_roots: Sequence[Path]) -> bool:
+    from astuner.config.paths import find_user_path
+
+    tr = cfg.task_reader
+    if tr.type != "huggingface_dat_repo":
+        return False
+    paths = [tr.huggingface_dat_repo.dataset_path, tr.huggingface_dat_repo.validation_dataset_path]
+    return any(p and find_user_path(p, extra_roots) is None for p in paths)
+
+
+def check_tasks(cfg: Any, extra_roots: Sequence[Path], offline: bool) -> str:
+    """Read the training and validation tasks as the run will; a note on what was read."""
+    from astuner.task_reader import build_task_reader
+
+    if offline and _hub_only(cfg, extra_roots):
+        return (f"dataset {cfg.task_reader.huggingface_dat_repo.dataset_path!r} is not a local copy: "
+                f"not checked offline (the run reads it from the hub)")
+    reader = build_task_reader(cfg, extra_roots)
+    train = reader.train_tasks()
+    val = reader.val_tasks()
+    return f"tasks: {len(train)} training, {len(val)} validation"
+
+
+def check_model(cfg: Any, extra_roots: Sequence[Path], offline: bool = True) -> str:
+    """`model.path` must be a model folder (config.json naming a model type, tokenizer and weight files),
+    a hub id, or a tiny model to create; a note on which."""
+    from astuner.config.paths import find_user_path, tried_paths
+    from astuner.model_path import looks_like_hub_id
+
+    raw = cfg.model.path
+    found = find_user_path(raw, extra_roots)
+    key = "astuner.model.path"
+    if found is None:
+        if cfg.model.tiny is not None:
+            return f"model: the tiny model {raw} is created on first use"
+        if Path(raw).expanduser().is_absolute() or not looks_like_hub_id(raw):
+            raise DataError(f"{key}: no model folder {raw!r} (looked at {tried_paths(raw, extra_roots)}); "
+                            f"create it or give a hub id (organisation/name)")
+        return f"model {raw!r} is a hub id: not checked offline"
+    if not found.is_dir():
+        raise DataError(f"{key}: {found} is a file; name the model's folder")
+    config = found / "config.json"
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(f"{key}: {found} is not a model folder (no config.json)") from None
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{key}: {config} is not valid JSON ({exc})".splitlines()[0]) from None
+    if not isinstance(data, dict) or "model_type" not in data:
+        raise DataError(f"{key}: {config} names no model_type; it is not a transformers model's config")
+    names = {p.name for p in found.iterdir()}
+    if not any(n in names for n in _TOKENIZER_FILES):
+        raise DataError(f"{key}: {found} has no tokenizer files ({', '.join(_TOKENIZER_FILES)})")
+    if not any(n.endswith(_WEIGHT_SUFFIXES) for n in names):
+        raise DataError(f"{key}: {found} has no weight files (*.safetensors, *.bin)")
+    if not offline:  # the run loads it next anyway; a tokenizer without a chat template is refused here
+        from astuner.rollout.engines.factory import load_tokenizer
+
+        load_tokenizer(str(found))
+    return f"model: {found} ({data['model_type']})"
+
+
+def preflight(run_config: Any, exp_dir: Path, offline: bool) -> list[str]:
+    """Every check above, in order; notes for the user. Raises the first UserError found."""
+    cfg, roots = run_config.astuner, run_config.extra_roots
+    check_exp_dir(exp_dir)
+    return [check_tasks(cfg, roots, offline), check_model(cfg, roots, offline)]
