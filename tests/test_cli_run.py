@@ -36,6 +36,9 @@ def test_dry_run_prints_merged_config_and_writes_nothing(seed, capsys):
     assert merged["astuner"]["experiment_name"] == "math_agent"
     assert merged["trinity"]["trainer"]["max_token_len_per_gpu"] == 13000
     assert "config OK" in err and "MathAgentWorkflow" in err
+    # the seed names a hub dataset and a hub model: said, not silently passed
+    assert "dataset 'gsm8k/main' is not a local copy: not checked offline" in err
+    assert "model 'Qwen/Qwen2.5-14B-Instruct' is a hub id: not checked offline" in err
     assert not (seed.root / "launcher_record").exists()
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 from loguru import logger
 
@@ -25,24 +26,35 @@ def _pick_split(dataset: Any, split: str, source: str) -> Any:
     return dataset
 
 
-def _load_local(path: Path, name: Optional[str], split: str) -> Any:
+@contextlib.contextmanager
+def _quiet_datasets() -> Iterator[None]:
+    """No log lines or progress bars from `datasets` while we load: our one-line error says what failed."""
     import datasets
 
     verbosity = datasets.logging.get_verbosity()
     bars = datasets.utils.logging.is_progress_bar_enabled()
-    datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # its own log line would repeat our one-line error
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)
     datasets.disable_progress_bars()
     try:
-        return _read_local(path, name, split)
-    except DataError:
-        raise
-    except Exception as exc:  # datasets' and pyarrow's errors on unreadable local data
-        first = (str(exc).strip().splitlines() or [""])[0][:160]
-        raise DataError(f"{KEY}: {path} cannot be read as a dataset: {type(exc).__name__}: {first}") from None
+        yield
     finally:
         datasets.logging.set_verbosity(verbosity)
         if bars:
             datasets.enable_progress_bars()
+
+
+def _first_line(exc: BaseException, limit: int = 120) -> str:
+    return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:limit]}"
+
+
+def _load_local(path: Path, name: Optional[str], split: str) -> Any:
+    try:
+        with _quiet_datasets():
+            return _read_local(path, name, split)
+    except DataError:
+        raise
+    except Exception as exc:  # datasets' and pyarrow's errors on unreadable local data
+        raise DataError(f"{KEY}: {path} cannot be read as a dataset: {_first_line(exc)}") from None
 
 
 def _read_local(path: Path, name: Optional[str], split: str) -> Any:
@@ -75,16 +87,16 @@ def _load_hub(dataset_id: str, name: Optional[str], split: str) -> Any:
     last: Optional[BaseException] = None
     for path, config_name in attempts:
         try:
-            return datasets.load_dataset(path, config_name, split=split)
+            with _quiet_datasets():
+                return datasets.load_dataset(path, config_name, split=split)
         except ValueError as exc:
             if "Unknown split" in str(exc):
                 raise DataError(f"dataset {dataset_id!r} has no split {split!r}: {exc}".splitlines()[0]) from None
             last = exc
         except Exception as exc:  # offline, not on the hub, no cache: all end in the message below
             last = exc
-    raise DataError(f"{KEY}: dataset {dataset_id!r} is not available locally and could not be fetched from the hub "
-                    f"({type(last).__name__}: {str(last).splitlines()[0] if str(last) else ''}); point dataset_path "
-                    f"at a local copy: a folder of jsonl/json/parquet files, one such file, or a save_to_disk folder")
+    raise DataError(f"{KEY}: dataset {dataset_id!r} is neither a local copy nor fetched from the hub "
+                    f"({_first_line(last) if last else ''}); point dataset_path at a local folder or file")
 
 
 def load_rows(dataset_path: str, dataset_name: Optional[str], split: str, extra_roots: Sequence[Path] = ()) -> Any:

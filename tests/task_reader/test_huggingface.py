@@ -68,5 +68,7 @@ def test_hub_id_offline_says_how_to_point_at_local_copy(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
                           timeout=120)
     assert "DATAERROR" in proc.stdout, proc.stderr[-2000:]
-    assert "'gsm8k/main' is not available locally" in proc.stdout
-    assert "point dataset_path at a local copy" in proc.stdout
+    assert "'gsm8k/main' is neither a local copy nor fetched from the hub" in proc.stdout
+    assert "point dataset_path at a local folder or file" in proc.stdout
+    assert proc.stderr.strip() == ""  # no log lines or progress bars of datasets' own
+    assert len(proc.stdout.strip()) - len("DATAERROR ") <= 300
