@@ -158,3 +158,25 @@ def test_module_and_launcher_entry_points(seed, entry):
 def test_help_exits_0(capsys):
     code, out, _ = run_cli(["--help"], capsys)
     assert code == 0 and "--dry-run" in out and "--backbone" in out
+
+
+def test_a_model_folder_whose_weights_do_not_load_is_a_user_error_and_the_fixed_rerun_proceeds(
+        seed, capsys, tiny_model_dir, tmp_path):
+    """Preflight passes (config, tokenizer and weight files are there); loading the weights fails inside the
+    debug backbone: exit 2 with the path, and the folder is marked so the rerun with a good model proceeds."""
+    import shutil
+
+    broken = tmp_path / "broken_model"
+    shutil.copytree(tiny_model_dir, broken)
+    weights = next(broken.glob("*.safetensors"))
+    weights.write_bytes(b"not safetensors")
+    (seed.root / "tasks.jsonl").write_text('{"question": "1 + 1?", "answer": "2"}\n')
+    seed.yaml_path.write_text(SEED_YAML.replace(
+        "type: huggingface_dat_repo ", "type: dataset_file\n    dataset_file: {training: {file_path: tasks.jsonl}}\n   ")
+        .replace("model: {path: Qwen/Qwen2.5-14B-Instruct}", f"model: {{path: {broken}}}"))
+    code, out, err = run_cli(["--conf", YAML, "astuner.trainer_common.device=cpu"], capsys)
+    assert code == 2, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("astuner: error: astuner.model.path: cannot load a model from") and str(broken) in last
+    root = seed.root / "launcher_record" / "math_agent"
+    assert (root / NEVER_STEPPED).exists() and not holds_run(root)
