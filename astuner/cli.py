@@ -92,16 +92,14 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _second_interrupt_stops_at_once() -> object:
-    """Ctrl-C once: KeyboardInterrupt, the run winds down. Twice: one line, exit 130 now (the Ray head we
-    started has a reaper of its own that stops it when this process is gone)."""
-    import os
+    """Ctrl-C once: KeyboardInterrupt, the run winds down. Twice: one line, exit 130 now."""
     import signal
+
+    from astuner.interrupts import stop_at_once
 
     def handler(signum: int, frame: object) -> None:
         if getattr(handler, "seen", False):
-            _error("interrupted twice; stopped at once")
-            sys.stderr.flush()
-            os._exit(EXIT_INTERRUPTED)
+            stop_at_once()
         handler.seen = True  # type: ignore[attr-defined]
         raise KeyboardInterrupt
 

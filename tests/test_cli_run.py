@@ -135,6 +135,52 @@ def test_second_ctrl_c_ends_with_one_line(seed, fake, tmp_path):
     assert "Traceback" not in err
 
 
+SLOW_WORKFLOW = """\
+import asyncio
+from astuner import Workflow, WorkflowOutput
+
+
+class SlowWorkflow(Workflow):
+    async def execute(self, workflow_task, model_tuner):
+        open("in_step.txt", "w").write("1")
+        await asyncio.sleep(120)
+        return WorkflowOutput(reward=1.0)
+"""
+
+
+def test_second_ctrl_c_in_the_debug_trainer_stops_at_once(tmp_path):
+    """The debug trainer: the first Ctrl-C asks it to finish the step; the second, while the step's episodes
+    are still running, stops the process with the CLI's one line — no asyncio task dump."""
+    import os
+    import signal
+    import time
+
+    (tmp_path / "slow.py").write_text(SLOW_WORKFLOW)
+    (tmp_path / "tasks.jsonl").write_text("".join(f'{{"question": "q{i}"}}\n' for i in range(4)))
+    (tmp_path / "run.yaml").write_text(
+        "astuner:\n  project_name: slow\n  task_reader: {type: dataset_file, dataset_file: {training: {file_path: "
+        "tasks.jsonl}}}\n  data: {train_batch_size: 2, max_prompt_length: 32, max_response_length: 8}\n"
+        "  model: {path: tiny_model, tiny: {seed: 0, hidden_size: 32, layers: 1, tokenizer: words}}\n"
+        "  rollout: {agentscope_workflow: 'slow.py->SlowWorkflow', engine: hf, num_repeat: 2, max_model_len: 64,"
+        " max_response_length_in_one_turn: 4, compute_madness_checklist: []}\n"
+        "  trainer_common: {total_training_steps: 3, device: cpu, val_before_train: false}\n")
+    proc = subprocess.Popen([sys.executable, "-m", "astuner", "--conf", "run.yaml"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "in_step.txt").exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    assert proc.poll() is None, proc.communicate()[1][-2000:]
+    proc.send_signal(signal.SIGINT)
+    time.sleep(1.0)
+    assert proc.poll() is None  # still finishing the step
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    assert err.strip().splitlines()[-1] == "astuner: error: interrupted twice; stopped at once"
+    assert "Traceback" not in err and "Task was destroyed" not in err
+
+
 def test_prepare_run_dir_refuses_without_resume(tmp_path):
     prepare_run_dir(tmp_path, "exp", {"a": 1}, resume=False)
     with pytest.raises(RunDirError, match="already holds a run"):

@@ -159,8 +159,10 @@ class DebugTrainer:
             self._finish()
 
     def _on_sigint(self, signum: int, frame: Any) -> None:
-        if self.stop_requested:  # second Ctrl-C: stop now
-            raise KeyboardInterrupt
+        if self.stop_requested:  # second Ctrl-C: stop now (the last checkpoint and metrics rows stay)
+            from astuner.interrupts import stop_at_once
+
+            stop_at_once()
         self.stop_requested = True
         logger.warning("Ctrl-C: finishing the current step, then saving (press again to abandon it)")
 
