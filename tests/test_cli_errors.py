@@ -149,6 +149,11 @@ CASES: list[tuple[str, Optional[Callable[[str], str]], list[str], list[str]]] = 
      ["'Nope' is not defined"]),
     ("exp-dir-is-a-file", None, ["--exp-dir", "a_file"], ["--exp-dir a_file is a file"]),
     ("exp-dir-under-a-file", None, ["--exp-dir", "a_file/runs"], ["a_file is a file"]),
+    ("sft-steps-without-expert", None, ["astuner.trainer_common.sft.steps=100"],
+     ["astuner.trainer_common.sft.steps > 0 needs an expert"]),
+    ("sft-expert-not-async", None, ["astuner.trainer_common.sft.steps=100",
+                                    "astuner.trainer_common.sft.expert=workflows/sync_wf.py->SyncWorkflow"],
+     ["astuner.trainer_common.sft.expert", "must be an async function (prompt: str) -> str"]),
 ]
 
 # Mistakes in what a run reads (tasks, model, environment service): --dry-run must catch them too.

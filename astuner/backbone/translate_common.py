@@ -46,3 +46,12 @@ def cpu_mode(run: Any) -> bool:
     """The backbone runs on the CPU: `trainer_common.device: cpu`, or `auto` on a machine without a GPU."""
     device = run.astuner.trainer_common.device
     return device == "cpu" or (device == "auto" and not gpu_present())
+
+
+def refuse_debug_only(run: Any, backbone: str) -> None:
+    """Keys only the debug backbone honours are refused elsewhere, never ignored."""
+    from astuner.errors import ConfigError
+
+    if run.astuner.trainer_common.sft.steps > 0:
+        raise ConfigError(f"astuner.trainer_common.sft runs on the debug backbone only: warm-start there, then "
+                          f"give --backbone {backbone} its checkpoints/global_step_0/model as model.path")

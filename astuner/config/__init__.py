@@ -26,6 +26,7 @@ class RunConfig:
 class Plugins:
     workflow: Any
     judge: Optional[Any]
+    expert: Optional[Any] = None  # trainer_common.sft.expert
 
 
 def load_run_config(conf_path: Path | str, overrides: Optional[list[str]] = None) -> RunConfig:
@@ -55,4 +56,11 @@ def resolve_plugins(run: RunConfig) -> Plugins:
     if run.astuner.task_judge.judge_protocol:
         judge = resolve_plugin(run.astuner.task_judge.judge_protocol, "astuner.task_judge.judge_protocol",
                                check_judge_plugin, run.extra_roots)
-    return Plugins(workflow=workflow, judge=judge)
+    expert = None
+    if run.astuner.trainer_common.sft.expert:
+        from astuner.config.plugin import async_function_problem
+
+        expert = resolve_plugin(run.astuner.trainer_common.sft.expert, "astuner.trainer_common.sft.expert",
+                                lambda obj: async_function_problem(obj, 1) and "an async function (prompt: str) -> str",
+                                run.extra_roots)
+    return Plugins(workflow=workflow, judge=judge, expert=expert)

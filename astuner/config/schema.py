@@ -136,6 +136,16 @@ class TaskJudgeConfig:
 
 
 @dataclass
+class SftConfig:
+    expert: Optional[str] = None
+    steps: int = 0
+    lr: float = 3.0e-3
+    batch_size: int = 16
+    demonstrations_per_task: int = 1
+    min_reward: float = 1.0
+
+
+@dataclass
 class OptimConfig:
     lr: float = 1e-6
     warmup_steps: int = 0
@@ -179,6 +189,7 @@ class TrainerCommonConfig:
     max_checkpoints_to_keep: Optional[int] = None
     optim: OptimConfig = field(default_factory=OptimConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    sft: SftConfig = field(default_factory=SftConfig)
 
 
 @dataclass

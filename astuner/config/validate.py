@@ -266,6 +266,14 @@ def _check_rules(cfg: AstunerConfig, b: _Builder) -> None:
                 f"[0, 1), got {tc.optim.betas}")
     if tc.optim.grad_clip is not None:
         positive("astuner.trainer_common.optim.grad_clip", tc.optim.grad_clip)
+    sft = tc.sft
+    if sft.steps < 0:
+        b.error("astuner.trainer_common.sft.steps", f"astuner.trainer_common.sft.steps must be >= 0, got {sft.steps}")
+    for key in ("lr", "batch_size", "demonstrations_per_task"):
+        positive(f"astuner.trainer_common.sft.{key}", getattr(sft, key))
+    if sft.steps > 0 and not sft.expert:
+        b.error("astuner.trainer_common.sft.expert", "astuner.trainer_common.sft.steps > 0 needs an expert "
+                "('file.py->fn', an async function (prompt) -> reply) to play the demonstrations")
     al = tc.algorithm
     one_of("astuner.trainer_common.algorithm.adv_estimator", al.adv_estimator, ESTIMATORS)
     one_of("astuner.trainer_common.algorithm.kl_loss_type", al.kl_loss_type, KL_TYPES)

@@ -74,7 +74,9 @@ class DebugTrainer:
         self.model.eval()
         reference = None
         if tc.algorithm.use_kl_loss:  # frozen: held in the compute dtype (half the memory under bf16)
-            reference = (AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32).to(device)
+            warm = self.run_dir.checkpoints / "global_step_0" / "model"  # after the SFT warm start, if any
+            initial = str(warm) if warm.is_dir() else self.model_path
+            reference = (AutoModelForCausalLM.from_pretrained(initial, dtype=torch.float32).to(device)
                          if self.checkpoint else copy.deepcopy(self.model))
             reference.eval().requires_grad_(False)
             if self.dtype == "bf16":
@@ -132,8 +134,11 @@ class DebugTrainer:
                 logger.info(f"nothing to do: the run finished its {self.total_steps} steps (checkpoint global_step_"
                             f"{self.start_step}); raise astuner.trainer_common.total_training_steps to train further")
                 return
-            if tc.val_before_train and self.start_step == 0 and self.val_tasks:
-                self.writer.write(0, self.validate(0))
+            warm = self._warm_start() if self.start_step == 0 and self.checkpoint is None and tc.sft.steps > 0 else {}
+            if (tc.val_before_train or warm) and self.start_step == 0 and self.val_tasks:
+                warm.update(self.validate(0))
+            if warm:
+                self.writer.write(0, warm)
             bar = tqdm(total=self.total_steps, initial=self.start_step, desc="training", unit="step",
                        dynamic_ncols=True, disable=None)
             last_saved = self.start_step
@@ -157,6 +162,42 @@ class DebugTrainer:
         finally:
             signal.signal(signal.SIGINT, previous)
             self._finish()
+
+    def _warm_start(self) -> dict[str, float]:
+        """trainer_common.sft: the expert's demonstrations through the workflow, SFT on them, the weights to
+        the engine, a checkpoint global_step_0 (a resumed run starts after it; the KL reference is this model)."""
+        from astuner.errors import RunFailed
+        from astuner.trainer import sft
+
+        cfg, s = self.cfg, self.cfg.trainer_common.sft
+        out: dict[str, float] = {}
+        if self.val_tasks:
+            out["sft/val_reward_before"] = self.validate(0)["val/reward_mean"]
+        t0 = time.perf_counter()
+        demos = self._await(sft.play(
+            lambda engine: RolloutManager(cfg, self.ctx.plugins.workflow, self.judge, engine, self.tokenizer),
+            self.ctx.plugins.expert, self.tokenizer, self.train_tasks, s.demonstrations_per_task, s.min_reward))
+        if not demos.samples:
+            raise RunFailed(f"astuner.trainer_common.sft: none of the expert's {demos.episodes} episodes scored at "
+                            f"least min_reward {s.min_reward} (mean reward {demos.expert_reward:.3f}); fix the expert "
+                            f"or lower min_reward")
+        t1 = time.perf_counter()
+        losses = sft.train(self.model, demos.samples, s.steps, s.lr, s.batch_size, self.cfg.trainer_common.seed,
+                           self.pad_id, self.cfg.trainer_common.max_token_len_per_micro_batch, self.dtype,
+                           self.cfg.trainer_common.optim.grad_clip)
+        t2 = time.perf_counter()
+        self._await(self.engine.update_weights(None if self.shares_weights else self.model.state_dict()))
+        if self.policy.reference is not None:
+            self.policy.reference.load_state_dict(self.model.state_dict())
+        self.save(0)
+        out.update({"sft/demonstrations": float(len(demos.samples)), "sft/expert_episodes": float(demos.episodes),
+                    "sft/kept_episodes": float(demos.kept_episodes), "sft/expert_reward": demos.expert_reward,
+                    "sft/loss_first": losses[0], "sft/loss_last": losses[-1], "sft/steps": float(len(losses)),
+                    "perf/time_sft_demonstrations_s": t1 - t0, "perf/time_sft_s": t2 - t1})
+        logger.info(f"SFT warm start: {len(demos.samples)} demonstrations from {demos.kept_episodes}/{demos.episodes} "
+                    f"expert episodes (expert reward {demos.expert_reward:.3f}), {len(losses)} steps, loss "
+                    f"{losses[0]:.3f} -> {losses[-1]:.3f} in {t2 - t1:.0f} s")
+        return out
 
     def _on_sigint(self, signum: int, frame: Any) -> None:
         if self.stop_requested:  # second Ctrl-C: stop now (the last checkpoint and metrics rows stay)

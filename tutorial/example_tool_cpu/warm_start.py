@@ -2,10 +2,12 @@
 so it first learns the protocol from demonstrations, as real recipes do (SFT, then RL).
 
 The demonstrations are produced by the example's own workflow (the real ReActAgent, formatter and
-ModelTuner) with a scripted engine that replies as an expert would: call `add` with the question's
-numbers, then answer with the tool's result in \\boxed{}. The recorded token sequences (prompt, generated
-spans with mask 1, tool results with mask 0) are what the model is fine-tuned on, so training sees exactly
-the tokens the agent produces at run time.
+ModelTuner) played by `calc_agent.expert` (call `add` with the question's numbers, then answer with the
+tool's result in \\boxed{}), through astuner's SFT stage (`astuner.trainer.sft`, what
+`trainer_common.sft` runs in the debug backbone). The recorded token sequences (prompt, generated spans
+with mask 1, tool results with mask 0) are what the model is fine-tuned on, so training sees exactly the
+tokens the agent produces at run time. This script writes a standalone warm-started model for the
+distributed backbones (vLLM's CPU attention wants head size 64 and a byte-level BPE tokenizer).
 
     python tutorial/example_tool_cpu/warm_start.py [--out launcher_record/.models/tool_cpu_warm] [--steps 150]
 """
@@ -15,78 +17,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 CONF = HERE / "calc_agent.yaml"
-
-
-class ExpertEngine:
-    """Replies as an expert agent would, read off the prompt text (our engine protocol)."""
-
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
-        self.end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-
-    async def generate(self, prompt_ids, sampling):
-        from astuner.rollout.engines.base import GenerateResult
-
-        text = self.tokenizer.decode(prompt_ids)
-        results = re.findall(r"<tool_response>\s*(.*?)\s*</tool_response>", text, re.S)
-        if results:
-            reply = f"\\boxed{{{results[-1]}}}"
-        else:
-            a, b = re.findall(r"What is (\d+) \+ (\d+)", text)[-1]
-            reply = '<tool_call>\n{"name": "add", "arguments": {"a": %s, "b": %s}}\n</tool_call>' % (a, b)
-        ids = self.tokenizer.encode(reply, add_special_tokens=False) + [self.end]
-        return GenerateResult(ids, [0.0] * len(ids), "stop")
-
-    async def update_weights(self, state_dict):
-        return None
-
-
-def demonstrations(run, plugins, tokenizer):
-    from astuner.rollout.manager import RolloutManager, build_judge
-    from astuner.task_reader import build_task_reader
-
-    tasks = build_task_reader(run.astuner, run.extra_roots).train_tasks()
-    judge = build_judge(plugins.judge, run.astuner) if plugins.judge else None
-    manager = RolloutManager(run.astuner, plugins.workflow, judge, ExpertEngine(tokenizer), tokenizer)
-    batch = asyncio.run(manager.run(tasks, num_repeat=1, check_error_rate=False))
-    rewards = [e.reward for e in batch.episodes]
-    return batch.samples, sum(rewards) / len(rewards)
-
-
-def sft(model, samples, steps: int, lr: float, seed: int, batch: int = 16) -> list[float]:
-    """Cross-entropy on the generated spans (mask 1) of the samples, random mini-batches, AdamW."""
-    import torch
-
-    generator = torch.Generator().manual_seed(seed)
-    optim = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    losses = []
-    model.train()
-    for _ in range(steps):
-        chosen = [samples[int(i)] for i in torch.randperm(len(samples), generator=generator)[:batch]]
-        width = max(len(s.input_ids) for s in chosen)
-        ids = torch.zeros(len(chosen), width, dtype=torch.long)
-        labels = torch.full((len(chosen), width), -100, dtype=torch.long)
-        attention = torch.zeros(len(chosen), width, dtype=torch.long)
-        for row, s in enumerate(chosen):
-            ids[row, :len(s.input_ids)] = torch.tensor(s.input_ids)
-            attention[row, :len(s.input_ids)] = 1
-            for k, m in enumerate(s.loss_mask):
-                if m:
-                    labels[row, s.prompt_length + k] = s.input_ids[s.prompt_length + k]
-        out = model(input_ids=ids, attention_mask=attention, labels=labels)
-        optim.zero_grad()
-        out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optim.step()
-        losses.append(out.loss.item())
-    model.eval()
-    return losses
 
 
 def evaluate(run, plugins, tokenizer, model) -> dict:
@@ -111,7 +46,11 @@ def warm_start(out: Path, steps: int = 150, lr: float = 3e-3, seed: int = 0) -> 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from astuner.config import load_run_config, resolve_plugins
+    from astuner.rollout.manager import RolloutManager, build_judge
+    from astuner.task_reader import build_task_reader
     from astuner.tiny_model import DEFAULT_CORPUS, build_tiny_model
+    from astuner.trainer import sft
+    from calc_agent import expert  # this folder is on sys.path (script, or the tests that import this)
 
     start = time.time()
     questions = [json.loads(line)["question"] for name in ("train", "val")
@@ -121,12 +60,17 @@ def warm_start(out: Path, steps: int = 150, lr: float = 3e-3, seed: int = 0) -> 
     run = load_run_config(CONF, [f"astuner.model.path={out}"])
     tokenizer = AutoTokenizer.from_pretrained(out)
     plugins = resolve_plugins(run)
-    samples, expert_reward = demonstrations(run, plugins, tokenizer)
+    judge = build_judge(plugins.judge, run.astuner) if plugins.judge else None
+    tasks = build_task_reader(run.astuner, run.extra_roots).train_tasks()
+    demos = asyncio.run(sft.play(lambda engine: RolloutManager(run.astuner, plugins.workflow, judge, engine, tokenizer),
+                                 expert, tokenizer, tasks, per_task=1, min_reward=1.0))
+    samples = demos.samples
     model = AutoModelForCausalLM.from_pretrained(out)
     before = evaluate(run, plugins, tokenizer, model)["val_reward"]
-    losses = sft(model, samples, steps, lr, seed)
+    losses = sft.train(model, samples, steps, lr, batch_size=16, seed=seed, pad_id=tokenizer.pad_token_id,
+                       token_budget=16384, dtype="fp32")
     model.save_pretrained(out)
-    return {"model": str(out), "demonstrations": len(samples), "expert_reward": expert_reward,
+    return {"model": str(out), "demonstrations": len(samples), "expert_reward": demos.expert_reward,
             "tokens_per_demonstration": sum(len(s.input_ids) for s in samples) / len(samples),
             "loss_first": round(losses[0], 4), "loss_last": round(losses[-1], 4), "val_reward_before": before,
             **evaluate(run, plugins, tokenizer, model), "seconds": round(time.time() - start, 1)}

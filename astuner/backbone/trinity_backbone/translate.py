@@ -16,7 +16,7 @@ from typing import Any
 from loguru import logger
 
 from astuner.backbone.trinity_backbone.resources import check_supported, trinity_mode
-from astuner.backbone.translate_common import cpu_mode, deep_merge, plugin_roots
+from astuner.backbone.translate_common import cpu_mode, deep_merge, plugin_roots, refuse_debug_only
 from astuner.config import RunConfig
 from astuner.errors import ConfigError
 from astuner.task_reader import has_validation
@@ -59,6 +59,7 @@ def translate_to_trinity(run: RunConfig, root: Path) -> dict[str, Any]:
     a = run.astuner
     ro, tc, al, o = a.rollout, a.trainer_common, a.trainer_common.algorithm, a.trainer_common.optim
     data_dir = root / "trinity_data"
+    refuse_debug_only(run, "trinity")
     check_supported(run)
     cpu = cpu_mode(run)
     # colocate on one GPU, else explorer and trainer split the GPUs; on the CPU both, on logical GPUs

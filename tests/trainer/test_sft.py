@@ -1,0 +1,109 @@
+"""The SFT warm start (`trainer_common.sft`): the expert plays the user's real workflow (ReActAgent, tool,
+formatter, ModelTuner), the policy is fine-tuned on the generated tokens of the episodes the judge accepts,
+then GRPO starts from it; before / after numbers land in metrics.jsonl."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from tests.conftest import REPO_ROOT, run_cli
+
+CONF = REPO_ROOT / "tutorial" / "example_tool_cpu" / "tool_agent.yaml"
+
+
+def _load_demo(tmp_path, overrides=()):
+    from astuner.config import load_run_config, resolve_plugins
+
+    run = load_run_config(CONF, [f"astuner.model.path={tmp_path / 'model'}", *overrides])
+    return run, resolve_plugins(run)
+
+
+def test_expert_episodes_are_the_agents_own_tokens(tmp_path, monkeypatch):
+    """Demonstrations: one sample per episode, the expert's two replies trained (mask 1), the prompt and
+    the tool's result between them context (mask 0)."""
+    from transformers import AutoTokenizer
+
+    from astuner.model_path import resolve_model_path
+    from astuner.rollout.manager import RolloutManager, build_judge
+    from astuner.task_reader import build_task_reader
+    from astuner.trainer import sft
+
+    monkeypatch.chdir(REPO_ROOT)
+    run, plugins = _load_demo(tmp_path)
+    path = resolve_model_path(run.astuner, run.extra_roots)  # the tiny model, created here
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tasks = build_task_reader(run.astuner, run.extra_roots).train_tasks()[:6]
+    judge = build_judge(plugins.judge, run.astuner)
+    demos = asyncio.run(sft.play(lambda engine: RolloutManager(run.astuner, plugins.workflow, judge, engine, tokenizer),
+                                 plugins.expert, tokenizer, tasks, per_task=1, min_reward=1.0))
+    assert demos.episodes == 6 and demos.kept_episodes == 6 and demos.expert_reward == 1.0
+    assert len(demos.samples) == 6
+    for sample, task in zip(demos.samples, tasks):
+        a, b = task.main_query.removeprefix("What is ").removesuffix("?").split(" + ")
+        response = sample.input_ids[sample.prompt_length:]
+        trained = tokenizer.decode([t for t, m in zip(response, sample.loss_mask) if m])
+        context = tokenizer.decode([t for t, m in zip(response, sample.loss_mask) if not m])
+        assert f'"a": {a}, "b": {b}' in trained and f"\\boxed{{{int(a) + int(b)}}}" in trained
+        assert f"<tool_response>" in context and str(int(a) + int(b)) in context
+        assert trained.count("<|im_end|>") == 2
+
+
+def test_episodes_below_min_reward_are_left_out(tmp_path, monkeypatch):
+    from transformers import AutoTokenizer
+
+    from astuner.model_path import resolve_model_path
+    from astuner.rollout.manager import RolloutManager, build_judge
+    from astuner.task_reader import build_task_reader
+    from astuner.trainer import sft
+
+    monkeypatch.chdir(REPO_ROOT)
+    run, plugins = _load_demo(tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(run.astuner, run.extra_roots))
+    tasks = build_task_reader(run.astuner, run.extra_roots).train_tasks()[:4]
+
+    async def sloppy(prompt: str) -> str:  # right tool protocol, wrong final answer on odd sums
+        reply = await plugins.expert(prompt)
+        if reply.startswith("\\boxed{") and int(reply[7:-1]) % 2:
+            return "\\boxed{-1}"
+        return reply
+
+    demos = asyncio.run(sft.play(
+        lambda engine: RolloutManager(run.astuner, plugins.workflow, build_judge(plugins.judge, run.astuner), engine,
+                                      tokenizer), sloppy, tokenizer, tasks, per_task=1, min_reward=1.0))
+    odd = sum(1 for t in tasks if sum(map(int, t.main_query[8:-1].split(" + "))) % 2)
+    assert 0 < odd < 4
+    assert demos.kept_episodes == 4 - odd and len(demos.samples) == 4 - odd
+    assert demos.expert_reward == pytest.approx((4 - odd) / 4)
+
+
+def test_the_demo_warm_starts_then_trains(tmp_path, monkeypatch, capsys):
+    """The README's main job, shortened: SFT (its loss falls, a checkpoint global_step_0), validation before
+    and after it, two GRPO steps of the multi-turn agent; --resume after that does not repeat the SFT."""
+    monkeypatch.chdir(REPO_ROOT)
+    tc = "astuner.trainer_common"
+    argv = ["--conf", str(CONF), "--exp-dir", str(tmp_path), f"astuner.model.path={tmp_path / 'model'}",
+            f"{tc}.sft.steps=40", f"{tc}.total_training_steps=2", f"{tc}.test_freq=2", f"{tc}.save_freq=2",
+            "astuner.data.train_batch_size=4", "astuner.rollout.num_repeat=4"]
+    code, _, err = run_cli(argv, capsys)
+    assert code == 0, err
+    root = tmp_path / "tool_agent"
+    rows = {r["step"]: r for r in map(json.loads, (root / "metrics.jsonl").read_text().splitlines())}
+    assert set(rows) == {0, 1, 2}
+    warm = rows[0]
+    assert warm["sft/demonstrations"] == 80 and warm["sft/kept_episodes"] == 80 and warm["sft/expert_reward"] == 1.0
+    assert warm["sft/steps"] == 40 and warm["sft/loss_last"] < warm["sft/loss_first"] / 4
+    assert "sft/val_reward_before" in warm and "val/reward_mean" in warm
+    assert (root / "checkpoints" / "global_step_0" / "COMPLETE").exists()
+    for step in (1, 2):
+        assert rows[step]["rollout/calls_per_episode"] >= 1.5  # the warm-started agent calls the tool
+    assert "val/reward_mean" in rows[2]
+
+    code, _, err = run_cli([*argv[:-4], f"{tc}.total_training_steps=3", "astuner.data.train_batch_size=4",
+                            "astuner.rollout.num_repeat=4", "--resume"], capsys)
+    assert code == 0, err
+    rows = [json.loads(line) for line in (root / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2, 3]  # no second warm start
+    assert "SFT warm start" not in err
