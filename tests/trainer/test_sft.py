@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT, run_cli
 
-CONF = REPO_ROOT / "tutorial" / "example_tool_cpu" / "tool_agent.yaml"
+CONF = REPO_ROOT / "tutorial" / "example_agent_cpu" / "sensor_agent.yaml"
 
 
 def _load_demo(tmp_path, overrides=()):
@@ -42,12 +42,13 @@ def test_expert_episodes_are_the_agents_own_tokens(tmp_path, monkeypatch):
     assert demos.episodes == 6 and demos.kept_episodes == 6 and demos.expert_reward == 1.0
     assert len(demos.samples) == 6
     for sample, task in zip(demos.samples, tasks):
-        a, b = task.main_query.removeprefix("What is ").removesuffix("?").split(" + ")
+        reading = task.metadata["reading"]
         response = sample.input_ids[sample.prompt_length:]
         trained = tokenizer.decode([t for t, m in zip(response, sample.loss_mask) if m])
         context = tokenizer.decode([t for t, m in zip(response, sample.loss_mask) if not m])
-        assert f'"a": {a}, "b": {b}' in trained and f"\\boxed{{{int(a) + int(b)}}}" in trained
-        assert f"<tool_response>" in context and str(int(a) + int(b)) in context
+        assert '{"name": "read_sensor", "arguments": {}}' in trained and f"\\boxed{{{reading}}}" in trained
+        assert "<tool_response>" in context and str(reading) in context  # the tool's result: context only
+        assert str(reading) not in tokenizer.decode(sample.input_ids[:sample.prompt_length])  # not in the prompt
         assert trained.count("<|im_end|>") == 2
 
 
@@ -64,7 +65,7 @@ def test_episodes_below_min_reward_are_left_out(tmp_path, monkeypatch):
     tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(run.astuner, run.extra_roots))
     tasks = build_task_reader(run.astuner, run.extra_roots).train_tasks()[:4]
 
-    async def sloppy(prompt: str) -> str:  # right tool protocol, wrong final answer on odd sums
+    async def sloppy(prompt: str) -> str:  # right tool protocol, wrong final answer on odd readings
         reply = await plugins.expert(prompt)
         if reply.startswith("\\boxed{") and int(reply[7:-1]) % 2:
             return "\\boxed{-1}"
@@ -73,7 +74,7 @@ def test_episodes_below_min_reward_are_left_out(tmp_path, monkeypatch):
     demos = asyncio.run(sft.play(
         lambda engine: RolloutManager(run.astuner, plugins.workflow, build_judge(plugins.judge, run.astuner), engine,
                                       tokenizer), sloppy, tokenizer, tasks, per_task=1, min_reward=1.0))
-    odd = sum(1 for t in tasks if sum(map(int, t.main_query[8:-1].split(" + "))) % 2)
+    odd = sum(1 for t in tasks if t.metadata["reading"] % 2)
     assert 0 < odd < 4
     assert demos.kept_episodes == 4 - odd and len(demos.samples) == 4 - odd
     assert demos.expert_reward == pytest.approx((4 - odd) / 4)
@@ -89,11 +90,11 @@ def test_the_demo_warm_starts_then_trains(tmp_path, monkeypatch, capsys):
             "astuner.data.train_batch_size=4", "astuner.rollout.num_repeat=4"]
     code, _, err = run_cli(argv, capsys)
     assert code == 0, err
-    root = tmp_path / "tool_agent"
+    root = tmp_path / "sensor_agent"
     rows = {r["step"]: r for r in map(json.loads, (root / "metrics.jsonl").read_text().splitlines())}
     assert set(rows) == {0, 1, 2}
     warm = rows[0]
-    assert warm["sft/demonstrations"] == 80 and warm["sft/kept_episodes"] == 80 and warm["sft/expert_reward"] == 1.0
+    assert warm["sft/demonstrations"] == 200 and warm["sft/kept_episodes"] == 200 and warm["sft/expert_reward"] == 1.0
     assert warm["sft/steps"] == 40 and warm["sft/loss_last"] < warm["sft/loss_first"] / 4
     assert "sft/val_reward_before" in warm and "val/reward_mean" in warm
     assert (root / "checkpoints" / "global_step_0" / "COMPLETE").exists()
