@@ -226,3 +226,22 @@ def test_a_model_folder_whose_weights_do_not_load_is_a_user_error_and_the_fixed_
     assert last.startswith("astuner: error: astuner.model.path: cannot load a model from") and str(broken) in last
     root = seed.root / "launcher_record" / "math_agent"
     assert (root / NEVER_STEPPED).exists() and not holds_run(root)
+
+
+@pytest.mark.parametrize("record", ["metrics.jsonl", "trajectories/step_1.jsonl",
+                                    "checkpoints/project/name/global_step_3/model.pt"])
+def test_a_failed_run_with_any_record_of_a_step_stays_a_run(tmp_path, record):
+    """verl and Trinity write no metrics.jsonl and nest their checkpoints: any record of a step keeps the
+    folder a run (never cleared by a rerun); only a folder with none is marked."""
+    from astuner.records.run_dir import mark_if_never_stepped
+
+    run = prepare_run_dir(tmp_path, "exp", {"a": 1}, resume=False)
+    (run.root / record).parent.mkdir(parents=True, exist_ok=True)
+    (run.root / record).write_text("x\n")
+    mark_if_never_stepped(run)
+    assert holds_run(run.root) and not (run.root / NEVER_STEPPED).exists()
+    with pytest.raises(RunDirError, match="already holds a run"):
+        prepare_run_dir(tmp_path, "exp", {"a": 1}, resume=False)
+    bare = prepare_run_dir(tmp_path, "bare", {"a": 1}, resume=False)
+    mark_if_never_stepped(bare)
+    assert not holds_run(bare.root) and prepare_run_dir(tmp_path, "bare", {"a": 1}, resume=False).root == bare.root

@@ -57,10 +57,15 @@ def holds_run(folder: Path) -> bool:
 
 
 def _stepped(run: "RunDir") -> bool:
+    """Whether the run recorded anything of a step: metric rows (debug), episodes (every backbone writes
+    trajectories/ as it rolls out) or a checkpoint at any depth (verl's and Trinity's layouts). Erring towards
+    True only keeps a folder as a run; never the other way, so no record of a step is ever cleared."""
     metrics = run.root / "metrics.jsonl"
     if metrics.is_file() and metrics.stat().st_size > 0:
         return True
-    return run.checkpoints.is_dir() and any(p.name.startswith("global_step_") for p in run.checkpoints.iterdir())
+    if run.trajectories.is_dir() and any(run.trajectories.iterdir()):
+        return True
+    return run.checkpoints.is_dir() and any(True for _ in run.checkpoints.rglob("global_step_*"))
 
 
 def mark_if_never_stepped(run: "RunDir") -> None:
