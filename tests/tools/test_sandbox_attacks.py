@@ -208,3 +208,11 @@ def test_refuses_to_run_where_no_sandbox_can_be_built(monkeypatch, tmp_path):
     text = run(f"open({str(marker)!r}, 'w').write('1')")
     assert text.startswith("<returncode>-1</returncode>") and "SandboxUnavailable: no bubblewrap: test" in text
     assert not marker.exists()
+
+
+def test_this_machine_builds_the_sandbox():
+    """CI's machine must (the attack tests above fail rather than skip where it cannot)."""
+    from astuner.tools import sandbox
+
+    sandbox.check.cache_clear()
+    sandbox.check()
