@@ -35,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="parent folder of run records (default: launcher_record)")
     parser.add_argument("--resume", action="store_true", help="continue the run already in the run folder")
     parser.add_argument("--dry-run", action="store_true",
-                        help="compose and validate the config, resolve plug-ins, print the merged config, start nothing")
+                        help="check the config, plug-ins, task rows, model folder and env service; print the merged "
+                             "config; start nothing, write nothing")
     parser.add_argument("overrides", nargs="*", metavar="OVERRIDE", help="Hydra-style config overrides")
     return parser
 
