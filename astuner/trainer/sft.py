@@ -11,7 +11,6 @@ the expert's replies mask 1). Episodes the judge scores below `min_reward` are l
 from __future__ import annotations
 
 import math
-import random
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -68,12 +67,12 @@ def train(model: Any, samples: Sequence[Sample], steps: int, lr: float, batch_si
     if not samples:
         return []
     device = next(model.parameters()).device
-    rng = random.Random(seed)
+    generator = torch.Generator().manual_seed(seed)  # a CPU generator: the same batches on every device
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
     losses = []
     model.train()
     for _ in range(steps):
-        chosen = rng.sample(list(samples), min(batch_size, len(samples)))
+        chosen = [samples[int(i)] for i in torch.randperm(len(samples), generator=generator)[:batch_size]]
         tokens = sum(sum(s.loss_mask) for s in chosen)
         optimizer.zero_grad(set_to_none=True)
         total = 0.0
