@@ -82,11 +82,14 @@ def train(model: Any, samples: Sequence[Sample], steps: int, lr: float, batch_si
             loss = -(logp * batch.response_mask).sum() / max(1, tokens)
             loss.backward()
             total += loss.item()
+        if not math.isfinite(total):  # before the step: the weights stay as they were
+            from astuner.errors import RunFailed
+
+            raise RunFailed(f"SFT warm start: the loss is {total} at step {len(losses) + 1}; lower "
+                            f"astuner.trainer_common.sft.lr")
         if grad_clip:
             torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
         optimizer.step()
-        if not math.isfinite(total):
-            raise FloatingPointError(f"SFT loss is {total}; lower astuner.trainer_common.sft.lr")
         losses.append(total)
     model.eval()
     return losses

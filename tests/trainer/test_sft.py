@@ -108,3 +108,27 @@ def test_the_demo_warm_starts_then_trains(tmp_path, monkeypatch, capsys):
     rows = [json.loads(line) for line in (root / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2, 3]  # no second warm start
     assert "SFT warm start" not in err
+
+
+def test_a_non_finite_loss_stops_before_the_weights_move(tiny_model_dir):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from astuner.errors import RunFailed
+    from astuner.schema import Sample
+    from astuner.trainer import sft
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    sample = Sample("t", "e", 0, input_ids=[5, 6, 7, 8, 9], prompt_length=2, loss_mask=[1, 1, 1], logprobs=[0.0] * 3)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    assert len(sft.train(model, [sample], steps=2, lr=1e-3, batch_size=1, seed=0, pad_id=0, token_budget=64,
+                         dtype="fp32")) == 2
+    moved = {k: v.clone() for k, v in model.state_dict().items()}
+    assert any(not torch.equal(before[k], moved[k]) for k in before)
+    with torch.no_grad():
+        next(model.parameters()).fill_(float("nan"))
+    poisoned = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(RunFailed, match="the loss is nan at step 1; lower astuner.trainer_common.sft.lr"):
+        sft.train(model, [sample], steps=2, lr=1e-3, batch_size=1, seed=0, pad_id=0, token_budget=64, dtype="fp32")
+    after = model.state_dict()
+    assert all(torch.equal(poisoned[k], after[k]) or torch.isnan(poisoned[k]).all() for k in poisoned)
