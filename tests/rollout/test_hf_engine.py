@@ -24,11 +24,11 @@ def prompt(tokenizer, text):
 
 
 def reference_logprobs(model, prompt_ids, token_ids, temperature):
-    ids = torch.tensor([prompt_ids + token_ids])
+    ids = torch.tensor([prompt_ids + token_ids], device=model.device)  # the engine's device: cuda on a GPU
     with torch.no_grad():
         logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1: -1].float()
     logp = torch.log_softmax(logits / temperature, dim=-1)
-    return logp.gather(-1, torch.tensor(token_ids)[:, None]).squeeze(-1).tolist()
+    return logp.gather(-1, ids[0, len(prompt_ids):, None]).squeeze(-1).tolist()
 
 
 def test_logprobs_match_unpadded_forward_for_left_padded_batch(engine, tokenizer):

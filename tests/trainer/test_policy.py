@@ -33,7 +33,7 @@ def rollout_samples(tiny_model_dir, tokenizer, temperature=0.8, top_p=1.0):
 
 def test_training_forward_reproduces_rollout_logprobs(tiny_model_dir, tokenizer):
     model, samples = rollout_samples(tiny_model_dir, tokenizer)
-    batch = collate(samples, tokenizer.pad_token_id, torch.device("cpu"))  # left-padded, mixed lengths
+    batch = collate(samples, tokenizer.pad_token_id, model.device)  # left-padded, mixed lengths
     with torch.no_grad():
         logp, _ = response_logprobs(model, batch, temperature=0.8)
     assert torch.allclose(logp * batch.response_mask, batch.old_logprobs * batch.response_mask, atol=1e-4)
@@ -53,7 +53,7 @@ def test_update_raises_logprob_of_positive_advantage_tokens(tiny_model_dir, toke
     cfg.optim.lr = 1e-2
     cfg.optim.weight_decay = 0.0
     trainer = PolicyTrainer(model, tokenizer.pad_token_id, cfg)
-    batch = collate(samples, tokenizer.pad_token_id, torch.device("cpu"))
+    batch = collate(samples, tokenizer.pad_token_id, model.device)
     with torch.no_grad():
         before, _ = response_logprobs(model, batch, 0.8)
     metrics = trainer.update(samples, temperature=0.8)
@@ -78,7 +78,7 @@ def test_entropy_bonus_raises_entropy_and_is_skipped_at_zero(tiny_model_dir, tok
     model, samples = rollout_samples(tiny_model_dir, tokenizer)
     for s in samples:
         s.advantage = 0.0
-    batch = collate(samples, tokenizer.pad_token_id, torch.device("cpu"))
+    batch = collate(samples, tokenizer.pad_token_id, model.device)
     cfg = TrainerCommonConfig()
     cfg.optim.lr, cfg.optim.weight_decay = 1e-3, 0.0  # Adam's first step near the uniform policy: keep it small
 
@@ -132,7 +132,7 @@ def test_bf16_compute_is_used_by_engine_and_trainer(tiny_model_dir, tokenizer):
     from astuner.rollout.engines.hf import pad_id_of, stop_token_ids_of
 
     model, samples = rollout_samples(tiny_model_dir, tokenizer)
-    batch = collate(samples, tokenizer.pad_token_id, torch.device("cpu"))
+    batch = collate(samples, tokenizer.pad_token_id, model.device)
     with torch.no_grad():
         fp32, _ = response_logprobs(model, batch, 0.8)
         bf16, _ = response_logprobs(model, batch, 0.8, dtype="bf16")
@@ -148,7 +148,7 @@ def test_bf16_compute_is_used_by_engine_and_trainer(tiny_model_dir, tokenizer):
     assert 1e-5 < abs(greedy["fp32"].logprobs[0] - greedy["bf16"].logprobs[0]) < 0.05
     sample = Sample(task_id="t", episode_uuid="e", repeat_index=0, input_ids=prompt + greedy["bf16"].token_ids,
                     prompt_length=len(prompt), loss_mask=[1] * 10, logprobs=greedy["bf16"].logprobs)
-    one = collate([sample], tokenizer.pad_token_id, torch.device("cpu"))
+    one = collate([sample], tokenizer.pad_token_id, model.device)
     with torch.no_grad():
         trainer, _ = response_logprobs(model, one, 1.0, dtype="bf16")
     assert float(((trainer - one.old_logprobs).abs() * one.response_mask).max()) < 0.05
