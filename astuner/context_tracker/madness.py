@@ -10,12 +10,26 @@ Text in any language (Chinese, emoji, ...) is normal and never counts as nonsens
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Iterable, Sequence
 
 from astuner.tuner.recorder import CallRecord
 
-_LOOPING_PHRASE = re.compile(r"(.{4,60}?)\1{9,}", re.DOTALL)
+PHRASE_CHARS = (4, 60)  # a looping phrase: this many characters,
+PHRASE_COPIES = 10  # at least this many times in a row
 MAX_SAME_TOKEN_RUN = 48
+
+
+@lru_cache(maxsize=None)
+def _looping(longest: int) -> re.Pattern:
+    return re.compile(rf"(.{{{PHRASE_CHARS[0]},{longest}}}?)\1{{{PHRASE_COPIES - 1},}}", re.DOTALL)
+
+
+def has_looping_phrase(text: str) -> bool:
+    """A phrase of 4-60 characters 10 or more times in a row. Only phrases whose copies fit in the text are
+    tried: for a short reply a few lengths instead of 57 at every position, with the same answer."""
+    longest = min(PHRASE_CHARS[1], len(text) // PHRASE_COPIES)
+    return longest >= PHRASE_CHARS[0] and _looping(longest).search(text) is not None
 
 
 def _longest_run(ids: Sequence[int]) -> int:
@@ -35,7 +49,7 @@ def nonsense_reason(call: CallRecord, special_ids: set[int]) -> str | None:
         return f"special token id {leaked[0]} inside a reply"
     if _longest_run(body) >= MAX_SAME_TOKEN_RUN:
         return "one token repeated over and over"
-    if _LOOPING_PHRASE.search(call.response_text):
+    if has_looping_phrase(call.response_text):
         return "a phrase looping"
     return None
 

@@ -24,6 +24,7 @@ from astuner.context_tracker.madness import madness_reasons
 from astuner.context_tracker.tracker import TrackerStats, build_samples
 from astuner.errors import UserError
 from astuner.rollout.engines.base import Engine, SamplingParams
+from astuner.rollout.gc_freeze import objects_frozen
 from astuner.rollout.threads import run_in_own_thread
 from astuner.schema import Sample, Task, WorkflowOutput, WorkflowTask
 from astuner.task_judge.base import BaseJudge
@@ -108,7 +109,8 @@ class RolloutManager:
 
         jobs = [self._episode(task, r, episode_id(i, task, r), sampling, limit, stats)
                 for i, task in enumerate(tasks) for r in range(repeats)]
-        episodes = list(await asyncio.gather(*jobs))
+        with objects_frozen():  # no full garbage-collector pass over the whole process stops the loop meanwhile
+            episodes = list(await asyncio.gather(*jobs))
         metrics = self._metrics(episodes, stats, time.perf_counter() - started)
         failed = [e for e in episodes if e.failed]
         if check_error_rate and episodes and len(failed) / len(episodes) > ro.max_error_rate:

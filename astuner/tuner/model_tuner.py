@@ -5,7 +5,9 @@ them with the model's own chat template, generates through the engine, parses th
 calls into a `ChatResponse`, and records every call (exact prompt ids, response ids, log-probs) on the
 episode's recorder. When a call continues an earlier one (its rendered prompt starts with that call's
 prompt and reply), the earlier ids are reused verbatim and only the new text is tokenized, so the ids a
-sample trains on are exactly those the engine produced.
+sample trains on are exactly those the engine produced. Per call only what is new is rendered
+(astuner.tuner.incremental_render) and text the run has tokenized before is looked up
+(astuner.tuner.prompt_tokens): the same text and ids as rendering and tokenizing it whole.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from agentscope.model import ChatModelBase, ChatResponse
 
 from astuner.rollout.engines.base import Engine, GenerateResult, SamplingParams
 from astuner.tuner.continuation import continued_call
+from astuner.tuner.incremental_render import render_prompt
 from astuner.tuner.messages import normalize_messages, normalize_tools
+from astuner.tuner.prompt_tokens import prompt_tokenizer
 from astuner.tuner.recorder import CallRecord, EpisodeRecorder
 from astuner.tuner.tool_parser import parse_reply
 
@@ -69,7 +73,8 @@ class ModelTuner(ChatModelBase):
             self._validate_tool_choice(tool_choice, tool_list or [])
             if tool_choice == "none":
                 tool_list = None
-        prompt_text = self.render(msgs, tool_list)
+        prompt_text = render_prompt(self.tokenizer, self._render, msgs, tool_list, self.chat_template_kwargs,
+                                    self.recorder.calls, self.target)  # only what is new since the last call
         prompt_ids = self._prompt_ids(prompt_text)
         if len(prompt_ids) + self.sampling.max_tokens > self.max_model_len:
             self.recorder.truncated = True
@@ -99,17 +104,22 @@ class ModelTuner(ChatModelBase):
         return ChatResponse(content=content, metadata={"finish_reason": result.finish_reason})
 
     def render(self, msgs: list[dict[str, Any]], tools: Optional[list[dict[str, Any]]]) -> str:
-        return self.tokenizer.apply_chat_template(msgs, tools=tools, add_generation_prompt=True, tokenize=False,
+        """The whole prompt for `msgs` (the generation prompt added), by the model's chat template."""
+        return self._render(msgs, tools, True)
+
+    def _render(self, msgs: list[dict[str, Any]], tools: Optional[list[dict[str, Any]]], prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(msgs, tools=tools, add_generation_prompt=prompt, tokenize=False,
                                                   **self.chat_template_kwargs)
 
     def _prompt_ids(self, prompt_text: str) -> list[int]:
         """The exact ids of the earlier call this prompt continues (its prompt and reply, even where the chat
         template re-rendered the reply: astuner.tuner.continuation); only the rest is tokenized."""
+        tokens = prompt_tokenizer(self.tokenizer)  # chunks the run has tokenized before are looked up
         found = continued_call(prompt_text, self.recorder.calls)
         if found is None:
-            return self.tokenizer.encode(prompt_text, add_special_tokens=False)
+            return tokens.encode(prompt_text)
         call, used = found
-        return call.prompt_ids + call.response_ids + self.tokenizer.encode(prompt_text[used:], add_special_tokens=False)
+        return call.prompt_ids + call.response_ids + tokens.encode(prompt_text[used:])
 
     async def _generate(self, prompt_ids: list[int]) -> GenerateResult:
         running = asyncio.get_running_loop()

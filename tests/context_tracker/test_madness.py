@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import random
+import re
+
 import pytest
 
-from astuner.context_tracker.madness import madness_reasons
+from astuner.context_tracker.madness import has_looping_phrase, madness_reasons
 from astuner.tuner.recorder import CallRecord
 
 SPECIAL = {0, 1, 2}
@@ -37,3 +40,18 @@ def test_wrong_toolcall_only_when_checked():
     calls = [call([10, END], "x", errors=["tool call JSON does not parse"])]
     assert madness_reasons(calls, ["nonsense"], SPECIAL) == []
     assert "wrong_toolcall in call 0" in madness_reasons(calls, ["wrong_toolcall"], SPECIAL)[0]
+
+
+def test_looping_phrase_check_answers_as_the_plain_pattern():
+    """Trying only the phrase lengths whose ten copies fit in the text changes no answer."""
+    plain = re.compile(r"(.{4,60}?)\1{9,}", re.DOTALL)
+    rng = random.Random(0)
+    found = 0
+    for _ in range(5000):
+        alphabet = rng.choice(["ab", "abc", "ab \n", "xyz!"])
+        noise = lambda: "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))  # noqa: E731
+        phrase = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12)))
+        text = noise() + phrase * rng.randint(0, 14) + noise()
+        assert has_looping_phrase(text) == bool(plain.search(text)), text
+        found += has_looping_phrase(text)
+    assert 500 < found < 4500

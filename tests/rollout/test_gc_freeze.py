@@ -1,0 +1,43 @@
+"""While rollouts run, the objects from before them are frozen; afterwards they are back, collectable."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+
+from astuner.rollout.gc_freeze import objects_frozen
+
+
+def test_nested_and_concurrent_rollouts_share_one_freeze():
+    assert gc.get_freeze_count() == 0
+    with objects_frozen():
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        with objects_frozen():
+            assert gc.get_freeze_count() == frozen  # the second does not freeze what the first made
+        assert gc.get_freeze_count() == frozen
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_failing_rollout_unfreezes():
+    async def fails():
+        with objects_frozen():
+            await asyncio.sleep(0)
+            raise RuntimeError("boom")
+
+    try:
+        asyncio.run(fails())
+    except RuntimeError:
+        pass
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_freeze_made_by_the_process_itself_is_left_alone():
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with objects_frozen():
+            assert gc.get_freeze_count() == frozen
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
