@@ -86,7 +86,7 @@ def test_the_demo_warm_starts_then_trains(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(REPO_ROOT)
     tc = "astuner.trainer_common"
     argv = ["--conf", str(CONF), "--exp-dir", str(tmp_path), f"astuner.model.path={tmp_path / 'model'}",
-            f"{tc}.sft.steps=40", f"{tc}.total_training_steps=2", f"{tc}.test_freq=2", f"{tc}.save_freq=2",
+            f"{tc}.sft.steps=40", f"{tc}.sft.lr=3e-3", f"{tc}.total_training_steps=2", f"{tc}.test_freq=2", f"{tc}.save_freq=2",
             "astuner.data.train_batch_size=4", "astuner.rollout.num_repeat=4"]
     code, _, err = run_cli(argv, capsys)
     assert code == 0, err

@@ -19,7 +19,7 @@ def main(seed: int = 0, train: int = 200, val: int = 40) -> None:
     for name, chunk in (("train", ids[:train]), ("val", ids[train:])):
         with open(HERE / f"{name}.jsonl", "w", encoding="utf-8") as fh:
             for i, sensor in enumerate(chunk):
-                reading = rng.randint(10, 999)
+                reading = rng.randint(100, 999)
                 fh.write(json.dumps({"task_id": f"{name}-{i}", "question": f"What does sensor S{sensor} read?",
                                      "answer": str(reading), "reading": reading}) + "\n")
 
