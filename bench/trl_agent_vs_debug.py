@@ -96,6 +96,8 @@ def run_astuner(model: Path, out: Path, steps: int, s: dict) -> list[dict]:
         f"astuner.rollout.max_response_length_in_one_turn={s['max_turn']}",
         f"astuner.data.max_response_length={s['max_total']}", f"astuner.trainer_common.optim.lr={s['lr']}",
         "astuner.trainer_common.optim.weight_decay=0.0", "astuner.trainer_common.algorithm.entropy_coeff=0.0",
+        # one optimizer step per batch at a constant lr, as TRL's config below
+        "astuner.trainer_common.mini_batch_num=1", "astuner.trainer_common.optim.warmup_steps=0",
         # TRL updates on every group, all-zero-reward ones included (zero advantage); so does astuner here
         "astuner.trainer_common.algorithm.drop_zero_variance_groups=false"])
 

@@ -5,10 +5,22 @@ from __future__ import annotations
 import asyncio
 import gc
 
+import pytest
+
 from astuner.rollout.gc_freeze import objects_frozen
 
 
-def test_nested_and_concurrent_rollouts_share_one_freeze():
+@pytest.fixture
+def nothing_frozen():
+    """Some environments freeze objects at start-up (seen under pytest-xdist on a GPU machine): start from none."""
+    had = gc.get_freeze_count()
+    gc.unfreeze()
+    yield
+    if had:
+        gc.freeze()
+
+
+def test_nested_and_concurrent_rollouts_share_one_freeze(nothing_frozen):
     assert gc.get_freeze_count() == 0
     with objects_frozen():
         frozen = gc.get_freeze_count()
@@ -19,7 +31,7 @@ def test_nested_and_concurrent_rollouts_share_one_freeze():
     assert gc.get_freeze_count() == 0
 
 
-def test_a_failing_rollout_unfreezes():
+def test_a_failing_rollout_unfreezes(nothing_frozen):
     async def fails():
         with objects_frozen():
             await asyncio.sleep(0)
@@ -32,7 +44,7 @@ def test_a_failing_rollout_unfreezes():
     assert gc.get_freeze_count() == 0
 
 
-def test_a_freeze_made_by_the_process_itself_is_left_alone():
+def test_a_freeze_made_by_the_process_itself_is_left_alone(nothing_frozen):
     gc.freeze()
     try:
         frozen = gc.get_freeze_count()

@@ -132,6 +132,7 @@ def test_bf16_compute_is_used_by_engine_and_trainer(tiny_model_dir, tokenizer):
     from astuner.rollout.engines.hf import pad_id_of, stop_token_ids_of
 
     model, samples = rollout_samples(tiny_model_dir, tokenizer)
+    model = model.float()  # an inference engine's weights are bf16 on a GPU; the trainer's recipe keeps fp32 weights
     batch = collate(samples, tokenizer.pad_token_id, model.device)
     with torch.no_grad():
         fp32, _ = response_logprobs(model, batch, 0.8)

@@ -1,5 +1,6 @@
-"""Writes the sensor demo's tasks: each asks what one sensor reads; the reading (10-999) is hidden from the
-model and only the `read_sensor` tool reports it. Seeded, so the committed files are reproducible:
+"""Writes the sensor demo's tasks: each asks what one sensor reads; the reading (100-999, always three
+digits) is hidden from the model and only the `read_sensor` tool reports it. Seeded, so the committed files
+are reproducible:
 
     python tutorial/example_agent_cpu/prepare_data.py
 """

@@ -3,7 +3,7 @@
 Each task asks what one sensor reads. The reading is not in the question: only the environment's
 `read_sensor` tool reports it, so the agent has to call the tool, read the result in its context and
 answer in \\boxed{} — two model calls per episode with the tool's result in between. A random policy
-almost never names the reading (10-999); `MathAnswerAsJudge` scores the answer.
+almost never names the reading (100-999); `MathAnswerAsJudge` scores the answer.
 
 `expert` plays the task perfectly; the SFT warm start (`trainer_common.sft`) learns the tool protocol
 from its episodes, and GRPO then improves the agent: calling the tool every time, copying its result, a

@@ -52,6 +52,7 @@ class HFEngine:
         import torch
         from transformers import AutoModelForCausalLM
 
+        # an engine that only generates (no trainer shares its module): bf16 weights on a GPU, fp32 on the CPU
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
