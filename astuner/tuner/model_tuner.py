@@ -73,7 +73,7 @@ class ModelTuner(ChatModelBase):
             self._validate_tool_choice(tool_choice, tool_list or [])
             if tool_choice == "none":
                 tool_list = None
-        prompt_text = render_prompt(self.tokenizer, self._render, msgs, tool_list, self.chat_template_kwargs,
+        prompt_text = render_prompt(self.tokenizer, self.render, msgs, tool_list, self.chat_template_kwargs,
                                     self.recorder.calls, self.target)  # only what is new since the last call
         prompt_ids = self._prompt_ids(prompt_text)
         if len(prompt_ids) + self.sampling.max_tokens > self.max_model_len:
@@ -103,11 +103,8 @@ class ModelTuner(ChatModelBase):
                                         input=call.arguments, raw_input=call.raw))
         return ChatResponse(content=content, metadata={"finish_reason": result.finish_reason})
 
-    def render(self, msgs: list[dict[str, Any]], tools: Optional[list[dict[str, Any]]]) -> str:
-        """The whole prompt for `msgs` (the generation prompt added), by the model's chat template."""
-        return self._render(msgs, tools, True)
-
-    def _render(self, msgs: list[dict[str, Any]], tools: Optional[list[dict[str, Any]]], prompt: bool) -> str:
+    def render(self, msgs: list[dict[str, Any]], tools: Optional[list[dict[str, Any]]], prompt: bool = True) -> str:
+        """`msgs` rendered whole by the model's chat template (`prompt`: with the generation prompt)."""
         return self.tokenizer.apply_chat_template(msgs, tools=tools, add_generation_prompt=prompt, tokenize=False,
                                                   **self.chat_template_kwargs)
 
