@@ -73,10 +73,13 @@ def response_logprobs(model: Any, batch: MicroBatch, temperature: float, with_en
 
     from astuner.precision import autocast
 
-    with autocast(batch.input_ids.device, dtype):
-        out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
-                    use_cache=False)
+    from astuner.logits import last_logits_kwargs
+
     r = batch.response_width
+    with autocast(batch.input_ids.device, dtype):
+        # the output head only over the positions that predict response tokens (and the last one, unused)
+        out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
+                    use_cache=False, **last_logits_kwargs(model, r + 1))
     logits = out.logits[:, -(r + 1):-1, :].float() / temperature
     logp_all = torch.log_softmax(logits, dim=-1)
     targets = batch.input_ids[:, -r:]

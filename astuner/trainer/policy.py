@@ -1,5 +1,6 @@
 """Policy updates: PPO-clipped surrogate against the old policy's log-probs — recomputed by the trainer before
-the step's first update, under the same temperature, as verl does: the engine's log-probs are under the
+the step's first update, under the same temperature, as verl does (or, when the batch makes one optimizer
+step, taken from that step's own forward pass, detached): the engine's log-probs are under the
 top-p nucleus it sampled from (renormalised), the trainer's under the full softmax(logits / T), so at top_p
 0.5 the engine's would put half the tokens outside the clip range before any update; they stay for the
 `actor/rollout_logprob_diff` diagnostic — with optional KL to the frozen initial policy and an entropy
@@ -73,7 +74,10 @@ class PolicyTrainer:
                 raise ValueError("use_kl_loss needs a reference model")
             ref = self._logprobs(self.reference, samples, temperature)
         self.model.train()
-        old = self._logprobs(self.model, samples, temperature)  # the old policy, before this step's updates
+        # one optimizer step per batch (one mini-batch, one epoch): every micro-batch's forward runs on the old
+        # weights, so its own log-probs (detached) are the old policy's and the extra forward pass is spared
+        single_step = cfg.ppo_epochs == 1 and cfg.mini_batch_num == 1
+        old = {} if single_step else self._logprobs(self.model, samples, temperature)  # before this step's updates
         sums: dict[str, float] = {}
         counts: dict[str, float] = {}
 
@@ -99,7 +103,7 @@ class PolicyTrainer:
                     logp, entropy = response_logprobs(self.model, batch, temperature,
                                                       with_entropy=bool(al.entropy_coeff), dtype=self.dtype)
                     mask = batch.response_mask
-                    old_logp = self._per_token(old, part, batch)
+                    old_logp = logp.detach() if single_step else self._per_token(old, part, batch)
                     pg, clipped = ppo_clip_loss(logp, old_logp, batch.advantages, al.clip_ratio_low,
                                                 al.clip_ratio_high, al.clip_ratio_c)
                     loss = aggregate(pg, mask, al.loss_agg_mode, token_total, seq_total)

@@ -113,3 +113,63 @@ def test_sample_next_draws_from_the_nucleus_with_a_cpu_generator_for_any_device(
     out, lp = sample_next(logits[:4].to(meta), ones[:4].to(meta), nucleus_p[:4].to(meta),
                           torch.Generator().manual_seed(0))
     assert out.device == meta and lp.device == meta and out.shape == (4,)
+
+
+def agent_prompt(tokenizer, question):
+    """A prompt as an agent's: a long system message every episode shares, then its own question."""
+    system = "You are a careful agent. Call the tool first, read its result, then answer in a box. " * 2
+    rendered = tokenizer.apply_chat_template([{"role": "system", "content": system}, {"role": "user", "content": question}],
+                                             add_generation_prompt=True, tokenize=False)
+    return tokenizer.encode(rendered, add_special_tokens=False)
+
+
+def test_shared_prompt_prefix_is_computed_once_and_changes_no_logprob(engine, tokenizer):
+    questions = ["What is 2+3?", "What does sensor 17 read today, please?", "What is 2+3?", "hi"]
+    prompts = [agent_prompt(tokenizer, q) for q in questions]
+    sampling = SamplingParams(temperature=0.8, top_p=1.0, max_tokens=10)
+
+    async def together():
+        return await asyncio.gather(*[engine.generate(p, sampling) for p in prompts])
+
+    before = dict(engine.stats)
+    results = asyncio.run(together())
+    assert engine.stats["batches"] - before["batches"] == 1
+    common = next(i for i, pair in enumerate(zip(*prompts)) if len(set(pair)) > 1)
+    assert engine.stats["shared_prefix_tokens"] - before["shared_prefix_tokens"] == common * (len(prompts) - 1)
+    for p, r in zip(prompts, results):  # rests of different lengths, padded between prefix and rest
+        assert r.token_ids
+        assert r.logprobs == pytest.approx(reference_logprobs(engine.model, p, r.token_ids, 0.8), abs=2e-4)
+
+
+def test_finished_rows_leave_the_batch_and_the_rest_decode_unchanged(engine, tokenizer):
+    prompts = [prompt(tokenizer, f"question number {i}") for i in range(4)]
+    limits = [1, 1, 1, 9]  # three rows stop after one token, one goes on
+    top_ps = [0.9, 0.9, 0.9, 1.0]  # the last row's log-probs are then under the full softmax
+
+    async def together():
+        return await asyncio.gather(*[engine.generate(p, SamplingParams(1.0, t, n))
+                                      for p, t, n in zip(prompts, top_ps, limits)])
+
+    engine.stop_token_ids, saved = set(), engine.stop_token_ids  # only the limits end rows here
+    try:
+        before = dict(engine.stats)
+        results = asyncio.run(together())
+    finally:
+        engine.stop_token_ids = saved
+    assert engine.stats["compactions"] - before["compactions"] >= 1
+    assert [len(r.token_ids) for r in results] == limits
+    assert [r.finish_reason for r in results] == ["length"] * 4
+    # the row left alone decodes from its own cache: its log-probs are those of a plain forward pass
+    assert results[3].logprobs == pytest.approx(reference_logprobs(engine.model, prompts[3], results[3].token_ids, 1.0),
+                                                abs=2e-4)
+
+
+def test_shared_prefix_length():
+    from astuner.rollout.engines.hf import shared_prefix_length
+
+    base = list(range(40))
+    assert shared_prefix_length([base + [1], base + [2, 3]], 16) == 40
+    assert shared_prefix_length([base, base], 16) == 39  # identical prompts keep one token of their own
+    assert shared_prefix_length([base + [1]], 16) == 0  # a single prompt: nothing to share
+    assert shared_prefix_length([base[:10] + [1], base[:10] + [2]], 16) == 0  # too short to pay off
+    assert shared_prefix_length([[5] + base, base], 16) == 0

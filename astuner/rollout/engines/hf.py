@@ -1,10 +1,11 @@
 """In-process transformers engine with request batching.
 
-Concurrent `generate` calls are gathered (every request that is ready, plus `batch_wait_ms` if set),
-left-padded and decoded together (up to `max_num_seqs` per batch) with a KV cache, so many episodes
-share each forward pass. Position ids come
-from the attention mask, so a left-padded row sees the same positions as it would alone. The model
-runs in a worker thread; the event loop stays free for the episodes.
+Concurrent `generate` calls are gathered (every request that is ready, plus `batch_wait_ms` if set) and
+decoded together (up to `max_num_seqs` per batch) with a KV cache, so many episodes share each forward pass.
+The batch's common prompt prefix (an agent's system prompt and tool schemas) is prefilled once and its cache
+shared by every row; each row's own rest is left-padded after it, with position ids from the attention mask,
+so a row sees the same positions as it would alone. Rows that finished leave the batch as it decodes. The
+model runs in a worker thread; the event loop stays free for the episodes.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ class _Request:
 
 class HFEngine:
     def __init__(self, model: Any, stop_token_ids: Iterable[int], pad_token_id: int, max_num_seqs: int = 64,
-                 batch_wait_ms: float = 0.0, seed: int = 0, dtype: str = "fp32"):
+                 batch_wait_ms: float = 0.0, seed: int = 0, dtype: str = "fp32", min_shared_prefix: int = 16):
         import torch
 
         self.model = model
@@ -44,7 +45,9 @@ class HFEngine:
         self._worker: Optional[asyncio.Task] = None
         self._model_lock = threading.Lock()
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="astuner-hf-engine")
-        self.stats = {"batches": 0, "sequences": 0, "generated_tokens": 0}
+        self.min_shared_prefix = min_shared_prefix
+        self.stats = {"batches": 0, "sequences": 0, "generated_tokens": 0, "shared_prefix_tokens": 0,
+                      "compactions": 0}
 
     @classmethod
     def from_pretrained(cls, path: str, tokenizer: Any, max_num_seqs: int = 64, batch_wait_ms: float = 0.0,
@@ -119,50 +122,79 @@ class HFEngine:
     def _generate_batch(self, prompts: list[list[int]], samplings: list[SamplingParams]) -> list[GenerateResult]:
         import torch
 
-        from astuner.rollout.engines.sampling import sample_next
-
+        from astuner.logits import last_logits_kwargs
         from astuner.precision import autocast
+        from astuner.rollout.engines.sampling import sample_next
 
         with self._model_lock, torch.no_grad():
             device = next(self.model.parameters()).device
-            compute = autocast(device, self.dtype)
-            batch, width = len(prompts), max(len(p) for p in prompts)
+            batch = len(prompts)
+            keep = last_logits_kwargs(self.model, 1)
+            # the prompts' common prefix (an agent's system prompt and tool schemas) is computed once, its KV
+            # cache repeated for every row; each row then prefills only its own rest
+            shared = shared_prefix_length(prompts, self.min_shared_prefix)
+            past = None
+            if shared:
+                with autocast(device, self.dtype):
+                    past = self.model(input_ids=torch.tensor([prompts[0][:shared]], device=device), use_cache=True,
+                                      **keep).past_key_values
+                past.batch_repeat_interleave(batch)
+                self.stats["shared_prefix_tokens"] += shared * (batch - 1)
+            rests = [p[shared:] for p in prompts]
+            width = max(len(r) for r in rests)
+            # left-padded rests after the shared prefix: padding may sit between prefix and rest, masked out;
+            # position ids from the mask, so every row sees the positions it would alone
             input_ids = torch.full((batch, width), self.pad_token_id, dtype=torch.long)
-            attention = torch.zeros((batch, width), dtype=torch.long)
-            for i, p in enumerate(prompts):
-                input_ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
-                attention[i, width - len(p):] = 1
+            attention = torch.zeros((batch, shared + width), dtype=torch.long)
+            attention[:, :shared] = 1
+            for i, r in enumerate(rests):
+                input_ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
+                attention[i, shared + width - len(r):] = 1
             input_ids, attention = input_ids.to(device), attention.to(device)
-            positions = (attention.cumsum(-1) - 1).clamp(min=0)
+            positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, shared:]
             temperature = torch.tensor([s.temperature for s in samplings], dtype=torch.float32, device=device)
-            top_p = torch.tensor([s.top_p for s in samplings], dtype=torch.float32, device=device)
+            top_p = None if all(s.top_p >= 1.0 for s in samplings) else torch.tensor(
+                [s.top_p for s in samplings], dtype=torch.float32, device=device)
             limits = [s.max_tokens for s in samplings]
-            with compute:
-                out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True)
+            with autocast(device, self.dtype):
+                out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
+                                 past_key_values=past, use_cache=True, **keep)
             past = out.past_key_values
             logits = out.logits[:, -1, :].float()
             tokens_out: list[list[int]] = [[] for _ in range(batch)]
             logprobs_out: list[list[float]] = [[] for _ in range(batch)]
             reasons = ["length"] * batch
             done = [limit <= 0 for limit in limits]
+            rows = list(range(batch))  # the original row of each row still in the batch
             next_pos = positions[:, -1:]
-            for _ in range(max(limits)):
-                if all(done):
-                    break
+            while not all(done[i] for i in rows):
                 tokens, lps = sample_next(logits, temperature, top_p, self.generator)
                 tokens_cpu, lps_cpu = tokens.tolist(), lps.tolist()
-                for i in range(batch):
+                for j, i in enumerate(rows):
                     if done[i]:
                         continue
-                    tokens_out[i].append(tokens_cpu[i])
-                    logprobs_out[i].append(lps_cpu[i])
-                    if tokens_cpu[i] in self.stop_token_ids:
+                    tokens_out[i].append(tokens_cpu[j])
+                    logprobs_out[i].append(lps_cpu[j])
+                    if tokens_cpu[j] in self.stop_token_ids:
                         done[i], reasons[i] = True, "stop"
                     elif len(tokens_out[i]) >= limits[i]:
                         done[i] = True
-                if all(done):
+                finished = sum(done[i] for i in rows)
+                if finished == len(rows):
                     break
-                attention = torch.cat([attention, torch.ones((batch, 1), dtype=attention.dtype, device=device)], -1)
+                if finished * 4 >= len(rows):
+                    # a quarter of the rows finished: drop them from the batch (and their KV cache), so a few
+                    # long answers do not keep paying for every row that already stopped
+                    keep_rows = [j for j, i in enumerate(rows) if not done[i]]
+                    index = torch.tensor(keep_rows, dtype=torch.long, device=device)
+                    past.batch_select_indices(index)
+                    attention, next_pos, tokens = attention[index], next_pos[index], tokens[index]
+                    temperature = temperature[index]
+                    top_p = top_p[index] if top_p is not None else None
+                    rows = [rows[j] for j in keep_rows]
+                    self.stats["compactions"] += 1
+                attention = torch.cat([attention, torch.ones((len(rows), 1), dtype=attention.dtype, device=device)],
+                                      -1)
                 next_pos = next_pos + 1
                 with autocast(device, self.dtype):
                     out = self.model(input_ids=tokens[:, None], attention_mask=attention, position_ids=next_pos,
@@ -173,6 +205,21 @@ class HFEngine:
             self.stats["sequences"] += batch
             self.stats["generated_tokens"] += sum(len(t) for t in tokens_out)
             return [GenerateResult(t, lp, r) for t, lp, r in zip(tokens_out, logprobs_out, reasons)]
+
+
+def shared_prefix_length(prompts: list[list[int]], minimum: int) -> int:
+    """Length of the prompts' common prefix, leaving every prompt at least one token of its own (its last
+    position's logits come from its own pass); 0 when there is a single prompt or the prefix is shorter than
+    `minimum` (an extra forward pass would cost more than it saves)."""
+    if len(prompts) < 2 or minimum <= 0:
+        return 0
+    # the common prefix of all is that of the lexicographically first and last (list comparison runs in C)
+    low, high = min(prompts), max(prompts)
+    limit = min(min(len(p) for p in prompts) - 1, len(low))
+    length = 0
+    while length < limit and low[length] == high[length]:
+        length += 1
+    return length if length >= minimum else 0
 
 
 def stop_token_ids_of(tokenizer: Any, model: Any = None) -> list[int]:

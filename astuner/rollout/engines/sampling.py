@@ -6,7 +6,7 @@ from typing import Optional
 
 
 def sample_next(logits, temperature, top_p, generator: Optional[object] = None):
-    """logits [B, V] float; temperature [B] (<= 0 means greedy); top_p [B] in (0, 1].
+    """logits [B, V] float; temperature [B] (<= 0 means greedy); top_p [B] in (0, 1], or None for 1 on every row.
     Returns (tokens [B] long, logprobs [B] float): for sampled rows the log-prob under
     softmax(logits / T) restricted to the top-p nucleus and renormalised; for greedy rows the
     log-prob under softmax(logits)."""
@@ -16,11 +16,14 @@ def sample_next(logits, temperature, top_p, generator: Optional[object] = None):
     t = torch.where(greedy, torch.ones_like(temperature), temperature)
     logp = torch.log_softmax(logits / t[:, None], dim=-1)
     probs = logp.exp()
-    sorted_p, order = torch.sort(probs, dim=-1, descending=True)
-    before = torch.cumsum(sorted_p, dim=-1) - sorted_p  # mass of strictly more likely tokens
-    sorted_p = sorted_p.masked_fill(before >= top_p[:, None], 0.0)
-    nucleus = torch.zeros_like(probs).scatter(-1, order, sorted_p)
-    nucleus = nucleus / nucleus.sum(dim=-1, keepdim=True)
+    if top_p is None:
+        nucleus = probs  # no row truncates (every top_p is 1): the sort below would keep every token
+    else:
+        sorted_p, order = torch.sort(probs, dim=-1, descending=True)
+        before = torch.cumsum(sorted_p, dim=-1) - sorted_p  # mass of strictly more likely tokens
+        sorted_p = sorted_p.masked_fill(before >= top_p[:, None], 0.0)
+        nucleus = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+        nucleus = nucleus / nucleus.sum(dim=-1, keepdim=True)
     # inverse-CDF draw from uniforms made on the generator's device (the engine's is on the CPU: the same draws
     # for a seed on every device) and moved to the logits' device: one code path for CPU and CUDA logits, and no
     # generator handed to an op on another device ("Expected a 'cuda' device type for generator")

@@ -1,0 +1,22 @@
+"""Asking a causal LM for the logits of its last positions only.
+
+transformers' causal LMs take `logits_to_keep=N` and apply the output head to the last N positions, which
+spares the [batch, length, vocabulary] tensor of a long prompt (a context of thousands of tokens times a
+vocabulary of 150k, of which the engine needs one row and the trainer the response's). Models whose forward
+has no such argument get the whole logits, as before.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+_ACCEPTS: dict[type, bool] = {}
+
+
+def last_logits_kwargs(model: Any, count: int) -> dict[str, int]:
+    """`{"logits_to_keep": count}` when `model.forward` takes it, else `{}`."""
+    kind = type(model)
+    if kind not in _ACCEPTS:
+        _ACCEPTS[kind] = "logits_to_keep" in inspect.signature(model.forward).parameters
+    return {"logits_to_keep": count} if _ACCEPTS[kind] and count > 0 else {}
