@@ -38,6 +38,9 @@ class PolicyTrainer:
             return o.lr * (self.optimizer_steps + 1) / o.warmup_steps
         return o.lr
 
+    def one_step_per_batch(self) -> bool:
+        return self.cfg.ppo_epochs == 1 and self.cfg.mini_batch_num == 1
+
     def _logprobs(self, model: Any, samples: Sequence[Sample], temperature: float) -> dict[int, list[float]]:
         """Each sample's response log-probs under `model` (no gradient), keyed by id(sample)."""
         import torch
@@ -76,7 +79,7 @@ class PolicyTrainer:
         self.model.train()
         # one optimizer step per batch (one mini-batch, one epoch): every micro-batch's forward runs on the old
         # weights, so its own log-probs (detached) are the old policy's and the extra forward pass is spared
-        single_step = cfg.ppo_epochs == 1 and cfg.mini_batch_num == 1
+        single_step = self.one_step_per_batch()
         old = {} if single_step else self._logprobs(self.model, samples, temperature)  # before this step's updates
         sums: dict[str, float] = {}
         counts: dict[str, float] = {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 import torch
 
 from astuner.config.schema import TrainerCommonConfig
@@ -153,3 +154,30 @@ def test_bf16_compute_is_used_by_engine_and_trainer(tiny_model_dir, tokenizer):
     with torch.no_grad():
         trainer, _ = response_logprobs(model, one, 1.0, dtype="bf16")
     assert float(((trainer - one.old_logprobs).abs() * one.response_mask).max()) < 0.05
+
+
+def test_one_step_batch_takes_old_logprobs_from_its_own_forward(tiny_model_dir, tokenizer, monkeypatch):
+    """One optimizer step per batch: the old policy's log-probs come from that step's forward (no extra pass),
+    and the update is the one the separate old-policy pass gives."""
+    import copy
+
+    model, samples = rollout_samples(tiny_model_dir, tokenizer)
+    for s, adv in zip(samples, (1.0, -0.5, 0.7)):
+        s.advantage = adv
+    cfg = TrainerCommonConfig()
+    cfg.optim.lr = 1e-2
+    cfg.max_token_len_per_micro_batch = 60  # several micro-batches into the one step
+    twin = copy.deepcopy(model)
+    reused = PolicyTrainer(model, tokenizer.pad_token_id, cfg)
+    separate = PolicyTrainer(twin, tokenizer.pad_token_id, cfg)
+    assert reused.one_step_per_batch()
+    monkeypatch.setattr(separate, "one_step_per_batch", lambda: False)
+    passes = []
+    monkeypatch.setattr(reused, "_logprobs", lambda *a: passes.append(a) or {})
+    m_reused = reused.update(samples, temperature=0.8)
+    m_separate = separate.update(samples, temperature=0.8)
+    assert not passes  # no separate old-policy pass
+    assert m_reused["actor/ratio_mean"] == 1.0 and m_reused["actor/micro_batches"] > 1
+    assert m_reused["actor/pg_loss"] == pytest.approx(m_separate["actor/pg_loss"], abs=1e-5)
+    for a, b in zip(model.parameters(), twin.parameters()):
+        assert torch.allclose(a, b, atol=1e-6)
