@@ -14,6 +14,7 @@ EPILOG = """\
 overrides: trailing Hydra-style overrides, e.g.  astuner.rollout.num_repeat=8  +astuner.new_key=1  ~trinity.trainer
 examples:
   astuner --conf tutorial/example_math_agent/math_agent.yaml --dry-run
+  astuner view launcher_record/math_agent          # browse a run's curves, episodes and tokens
   astuner --conf my_agent.yaml --backbone=debug astuner.data.train_batch_size=8
   astuner --conf my_agent.yaml --backbone=trinity --with-ray
   astuner --conf my_agent.yaml 'astuner.rollout.agentscope_workflow=my_pkg.agent->MyWorkflow'
@@ -30,7 +31,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--backbone", choices=["debug", "verl", "trinity"], default="debug",
                         help="debug: one machine, no Ray; verl / trinity: distributed training on Ray (default: debug)")
     parser.add_argument("--with-ray", action="store_true", help="start a local Ray head when none is reachable")
-    parser.add_argument("--with-logview", action="store_true", help="let the backbone serve its trajectory viewer during the run")
+    parser.add_argument("--with-logview", action="store_true",
+                        help="serve the trajectory viewer of this run while it trains (prints its URL)")
+    parser.add_argument("--logview-port", type=int, default=0, metavar="N",
+                        help="port of --with-logview's viewer on 127.0.0.1 (default: any free port)")
     parser.add_argument("--exp-dir", default="launcher_record", metavar="DIR",
                         help="parent folder of run records (default: launcher_record)")
     parser.add_argument("--resume", action="store_true", help="continue the run already in the run folder")
@@ -83,12 +87,58 @@ def _run(args: argparse.Namespace) -> int:
     check_run_dir(Path(args.exp_dir), run_config.experiment_name, args.resume)
     preflight(run_config, Path(args.exp_dir), offline=False)
     run_dir = prepare_run_dir(Path(args.exp_dir), run_config.experiment_name, run_config.merged, args.resume)
+    viewer = _start_logview(run_dir.root, args) if args.with_logview else None
     try:
         backbone.run(RunContext(config=run_config, plugins=plugins, run_dir=run_dir,
                                 with_ray=args.with_ray, with_logview=args.with_logview))
     except BaseException:
         mark_if_never_stepped(run_dir)
         raise
+    finally:
+        if viewer is not None:
+            viewer.shutdown()
+            viewer.server_close()
+    return EXIT_OK
+
+
+def _start_logview(root: Path, args: argparse.Namespace) -> object:
+    from loguru import logger
+
+    from astuner.viewer import start_viewer
+
+    viewer = start_viewer(root, port=args.logview_port, live=True)
+    logger.info(f"trajectory viewer: {viewer.url} (this run, live; after it ends: astuner view {root})")
+    if args.backbone != "debug":
+        logger.warning(f"--with-logview: the {args.backbone} backbone does not record astuner's token-level "
+                       f"trajectories; the viewer shows what the run folder holds")
+    return viewer
+
+
+def build_view_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="astuner view",
+                                     description="Serve a run folder's curves, episodes and tokens in the browser.")
+    parser.add_argument("run", metavar="RUN", help="the run folder, e.g. launcher_record/<experiment_name>")
+    parser.add_argument("--port", type=int, default=8765, help="port (default 8765; 0: any free port)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (default 127.0.0.1; any other exposes the run: a warning says so)")
+    return parser
+
+
+def _view(argv: Sequence[str]) -> int:
+    try:
+        args = build_view_parser().parse_args(list(argv))
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    from astuner.errors import AstunerError
+    from astuner.viewer import serve_forever
+
+    try:
+        serve_forever(Path(args.run), args.host, args.port)
+    except AstunerError as exc:
+        _error(str(exc))
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return EXIT_OK
     return EXIT_OK
 
 
@@ -111,9 +161,12 @@ def _second_interrupt_stops_at_once() -> object:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["view"]:
+        return _view(argv[1:])
     parser = build_parser()
     try:
-        args = parser.parse_intermixed_args(list(sys.argv[1:] if argv is None else argv))
+        args = parser.parse_intermixed_args(argv)
     except SystemExit as exc:  # argparse printed the usage error (or --help)
         return int(exc.code or 0)
 

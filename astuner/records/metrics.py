@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
@@ -55,9 +56,11 @@ def write_trajectories(folder: Path, step: int, rows: Iterable[dict[str, Any]]) 
     if not rows:
         return None
     path = folder / f"step_{step}.jsonl"
-    with open(path, "w", encoding="utf-8") as fh:
+    partial = path.with_name(path.name + ".partial")  # renamed when whole: a live viewer never reads half
+    with open(partial, "w", encoding="utf-8") as fh:
         for row in rows:
             fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+    os.replace(partial, path)
     return path
 
 

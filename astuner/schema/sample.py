@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 
 @dataclass
@@ -25,6 +25,9 @@ class Sample:
     truncated: bool = False
     advantage: float = 0.0
     metadata: dict[str, Any] = field(default_factory=dict)
+    # the trainer's log-probs of the response part before the step's update (its "old policy"), set by the
+    # debug trainer for the trajectory viewer; None when the sample was not trained on
+    trainer_logprobs: Optional[list[float]] = None
 
     @property
     def prompt_ids(self) -> list[int]:

@@ -21,6 +21,7 @@ from astuner.errors import ConfigError, DataError
 from astuner.model_path import resolve_model_path
 from astuner.precision import compute_dtype
 from astuner.records.metrics import MetricsWriter, plot_reward_curve, write_trajectories
+from astuner.records.tokens import TokenPieces, token_record, write_token_records
 from astuner.rollout.manager import RolloutBatch, RolloutManager, build_judge
 from astuner.trainer.checkpoint import (latest_checkpoint, load_trainer_state, restore_rng, rng_state,
                                         save_checkpoint)
@@ -63,6 +64,7 @@ class DebugTrainer:
         self.dtype = compute_dtype(tc.dtype, device)
         self.model_path = resolve_model_path(cfg, self.ctx.config.extra_roots)
         self.tokenizer = load_tokenizer(self.model_path)
+        self._pieces = TokenPieces(self.tokenizer)
         self.checkpoint = latest_checkpoint(self.run_dir.checkpoints) if self.run_dir.resumed else None
         weights = str(self.checkpoint / "model") if self.checkpoint else self.model_path
         try:
@@ -287,6 +289,11 @@ class DebugTrainer:
                 "metadata": e.output.metadata if e.output else None,
             })
         write_trajectories(self.run_dir.trajectories, step, rows)
+        # token by token, for the trajectory viewer: what each sample's tokens read as, which were trained, the
+        # engine's and the trainer's log-probs, the advantage (gzip: the prompts repeat from sample to sample)
+        write_token_records(self.run_dir.trajectories, step, [
+            token_record(e.episode_uuid, k, s, self._pieces) for e in batch.episodes[:limit]
+            for k, s in enumerate(e.samples)])
 
     def _line(self, step: int, m: dict[str, float]) -> str:
         parts = [f"step {step}/{self.total_steps}", f"reward {m['reward/mean']:.3f}",

@@ -81,6 +81,8 @@ class PolicyTrainer:
         # weights, so its own log-probs (detached) are the old policy's and the extra forward pass is spared
         single_step = self.one_step_per_batch()
         old = {} if single_step else self._logprobs(self.model, samples, temperature)  # before this step's updates
+        for s in samples:
+            s.trainer_logprobs = old.get(id(s))  # kept for the trajectory viewer
         sums: dict[str, float] = {}
         counts: dict[str, float] = {}
 
@@ -107,6 +109,9 @@ class PolicyTrainer:
                                                       with_entropy=bool(al.entropy_coeff), dtype=self.dtype)
                     mask = batch.response_mask
                     old_logp = logp.detach() if single_step else self._per_token(old, part, batch)
+                    if single_step:
+                        for i, s in enumerate(part):
+                            s.trainer_logprobs = old_logp[i, batch.response_width - len(s.loss_mask):].tolist()
                     pg, clipped = ppo_clip_loss(logp, old_logp, batch.advantages, al.clip_ratio_low,
                                                 al.clip_ratio_high, al.clip_ratio_c)
                     loss = aggregate(pg, mask, al.loss_agg_mode, token_total, seq_total)

@@ -1,0 +1,23 @@
+"""A run the tiny demo trains for real (debug backbone), shared by the viewer's tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+STEPS = 30
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory) -> Path:
+    from astuner.cli import main
+
+    out = tmp_path_factory.mktemp("viewer_run")
+    code = main(["--conf", str(REPO_ROOT / "tutorial" / "example_tiny_cpu" / "tiny_cpu.yaml"), "--exp-dir", str(out),
+                 f"astuner.model.path={out}/model", f"astuner.trainer_common.total_training_steps={STEPS}",
+                 "astuner.trainer_common.save_freq=-1", "astuner.trainer_common.test_freq=10"])
+    assert code == 0
+    return out / "tiny_cpu"

@@ -1,0 +1,131 @@
+"""The viewer in a real browser (headless Chromium from Debian, driven by Selenium through the chromedriver that
+ships with it): run curves, a step's table filtered and sorted, an episode opened by its shareable URL with its
+trained tokens and their log-probs, and a screenshot. Skipped where no Chromium is installed, except under
+ASTUNER_REQUIRE_BROWSER=1 (CI installs it), where that is a failure."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.viewer.conftest import STEPS
+from tests.viewer.test_server import trained_step
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+DRIVER = shutil.which("chromedriver")
+if not (CHROMIUM and DRIVER):
+    if os.environ.get("ASTUNER_REQUIRE_BROWSER") == "1":
+        raise RuntimeError("ASTUNER_REQUIRE_BROWSER=1 but chromium / chromedriver are not installed "
+                           "(apt-get install chromium chromium-driver)")
+    pytest.skip("no chromium + chromedriver here (apt-get install chromium chromium-driver)", allow_module_level=True)
+webdriver = pytest.importorskip("selenium.webdriver", reason="pip install selenium (the dev extra)")
+
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support import expected_conditions as EC  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def browser():
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--window-size=1400,1000", "--no-first-run", "--disable-extensions"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=DRIVER))
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="module")
+def viewer(tiny_run):
+    from astuner.viewer import start_viewer
+
+    server = start_viewer(tiny_run)
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def wait(driver, condition, timeout=30):
+    return WebDriverWait(driver, timeout).until(condition)
+
+
+def visible_rows(driver):
+    return driver.find_elements(By.CSS_SELECTOR, "#episodes tr.episode")
+
+
+def test_run_page_step_table_and_episode_tokens(browser, viewer, tiny_run, tmp_path):
+    browser.get(viewer.url)
+    wait(browser, EC.presence_of_element_located((By.CSS_SELECTOR, '[data-curve="reward/mean"] circle')))
+    dots = browser.find_elements(By.CSS_SELECTOR, '[data-curve="reward/mean"] circle')
+    assert len(dots) == STEPS  # one point per training step
+    assert browser.find_elements(By.CSS_SELECTOR, '[data-curve="rollout/truncated_rate"] circle')
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#steps a")) == STEPS
+
+    # click step 5's point: its episode table
+    browser.execute_script("arguments[0].dispatchEvent(new MouseEvent('click', {bubbles: true}))",
+                           browser.find_element(By.CSS_SELECTOR, '[data-curve="reward/mean"] circle[data-step="5"]'))
+    wait(browser, EC.presence_of_element_located((By.CSS_SELECTOR, "#episodes tr.episode")))
+    assert "step=5" in browser.current_url
+    rows = [json.loads(line) for line in (tiny_run / "trajectories" / "step_5.jsonl").read_text().splitlines()]
+    assert len(visible_rows(browser)) == len(rows)
+    groups = browser.find_elements(By.CSS_SELECTOR, "#episodes tr.group")
+    assert len(groups) == len({r["task_id"] for r in rows}) and "mean" in groups[0].text
+
+    # filter: only episodes with reward < 0.5, then only successful ones
+    box = browser.find_element(By.ID, "filter")
+    box.send_keys("reward < 0.5")
+    low = sum(1 for r in rows if r["reward"] < 0.5)
+    wait(browser, lambda d: len(visible_rows(d)) == low)
+    assert browser.find_element(By.ID, "count").text.startswith(f"{low} of {len(rows)}")
+    box.clear()
+    box.send_keys("success")
+    wait(browser, lambda d: len(visible_rows(d)) == sum(1 for r in rows if r["is_success"]))
+    box.clear()
+    box.send_keys(" ")
+    wait(browser, lambda d: len(visible_rows(d)) == len(rows))
+
+    # sort by reward, highest first, without the grouping
+    browser.find_element(By.ID, "group").click()
+    browser.find_element(By.CSS_SELECTOR, 'th[data-sort="reward"]').click()
+    cells = [float(r.find_elements(By.TAG_NAME, "td")[2].text) for r in visible_rows(browser)]
+    assert cells == sorted(cells, reverse=True)
+
+    # an episode the trainer updated on, opened by its shareable URL
+    step, record = trained_step(tiny_run)
+    browser.get(f"{viewer.url}?step={step}&episode={record['episode_uuid']}")
+    wait(browser, EC.presence_of_element_located((By.CSS_SELECTOR, '.tokens .tok[data-loss-mask="1"]')))
+    sample = browser.find_element(By.CSS_SELECTOR, f'.tokens[data-sample="{record["sample"]}"]')
+    tokens = sample.find_elements(By.CSS_SELECTOR, ".tok")
+    assert len(tokens) == len(record["input_ids"])
+    trained = sample.find_elements(By.CSS_SELECTOR, '.tok[data-loss-mask="1"]')
+    assert len(trained) == sum(record["loss_mask"])
+    for token in trained:
+        i = int(token.get_attribute("data-i"))
+        assert float(token.get_attribute("data-logprob")) == pytest.approx(record["rollout_logprobs"][i], abs=1e-4)
+        assert float(token.get_attribute("data-trainer-logprob")) == pytest.approx(record["trainer_logprobs"][i],
+                                                                                  abs=1e-4)
+    context = sample.find_elements(By.CSS_SELECTOR, '.tok[data-loss-mask="0"]')
+    assert len(context) == len(record["input_ids"]) - len(trained)
+    assert context[0].get_attribute("data-logprob") is None
+    # trained and context tokens look different
+    assert trained[0].value_of_css_property("background-color") != context[0].value_of_css_property("background-color")
+    # tokens whose two log-probs differ by more than the threshold are marked; at 5 none is
+    threshold = browser.find_element(By.ID, "threshold")
+    threshold.clear()
+    threshold.send_keys("5")
+    wait(browser, lambda d: not d.find_elements(By.CSS_SELECTOR, ".tokens .tok.over"))
+    assert "conversation" in browser.find_element(By.TAG_NAME, "main").text
+
+    shots = Path(os.environ.get("ASTUNER_SCREENSHOT_DIR", tmp_path))
+    shots.mkdir(parents=True, exist_ok=True)
+    threshold.clear()
+    threshold.send_keys("0.1")
+    assert browser.save_screenshot(str(shots / "viewer_episode.png"))
+    assert (shots / "viewer_episode.png").stat().st_size > 10_000

@@ -1,0 +1,132 @@
+"""The viewer's routes on a run the tiny demo trained: curves, a step's episodes and groups, one episode token
+by token; everything else (path traversal included) is 404; the server binds 127.0.0.1 unless told."""
+
+from __future__ import annotations
+
+import http.client
+import json
+from pathlib import Path
+
+import pytest
+
+from astuner.records.tokens import read_token_records
+from astuner.viewer import start_viewer
+from tests.viewer.conftest import STEPS
+
+
+@pytest.fixture(scope="module")
+def server(tiny_run):
+    viewer = start_viewer(tiny_run)
+    yield viewer
+    viewer.shutdown()
+    viewer.server_close()
+
+
+def get(server, path: str, method: str = "GET") -> tuple[int, str, bytes]:
+    host, port = server.server_address[:2]
+    conn = http.client.HTTPConnection(host, port, timeout=10)
+    conn.request(method, path)  # sent as written: no client-side normalisation of "..", "%2e"
+    response = conn.getresponse()
+    body = response.read()
+    conn.close()
+    return response.status, response.getheader("Content-Type"), body
+
+
+def trained_step(run: Path) -> tuple[int, dict]:
+    """A step and one of its samples the trainer updated on (it has trainer log-probs)."""
+    for path in sorted((run / "trajectories").glob("step_*.tokens.jsonl.gz")):
+        for record in read_token_records(path):
+            if record["trainer_logprobs"]:
+                return int(path.name.split("_")[1].split(".")[0]), record
+    raise AssertionError("no trained sample recorded")
+
+
+def test_binds_loopback_by_default(server):
+    assert server.server_address[0] == "127.0.0.1"
+    assert server.url.startswith("http://127.0.0.1:")
+
+
+def test_page_and_its_files_are_served(server):
+    status, kind, body = get(server, "/")
+    assert status == 200 and kind.startswith("text/html") and b"/static/app.js" in body
+    for name, kind_prefix in (("app.js", "text/javascript"), ("style.css", "text/css")):
+        status, kind, body = get(server, f"/static/{name}")
+        assert status == 200 and kind.startswith(kind_prefix) and body
+    assert b"cdn" not in get(server, "/")[2].lower()  # nothing from the network
+    assert get(server, "/", "HEAD")[0] == 200
+
+
+def test_run_route_has_every_step_and_the_curves(server, tiny_run):
+    status, _, body = get(server, "/api/run")
+    run = json.loads(body)
+    assert status == 200 and run["name"] == "tiny_cpu" and run["live"] is False
+    assert run["steps"] == list(range(1, STEPS + 1))
+    trained = [row for row in run["metrics"] if "reward/mean" in row]
+    assert [row["step"] for row in trained] == list(range(1, STEPS + 1))
+    assert {"reward/mean", "reward/success_rate", "rollout/error_rate", "rollout/madness_rate",
+            "rollout/truncated_rate", "actor/clip_frac"} <= set(run["curves"])
+
+
+def test_step_route_lists_episodes_with_their_grpo_groups(server, tiny_run):
+    status, _, body = get(server, "/api/step/5")
+    step = json.loads(body)
+    rows = [json.loads(line) for line in (tiny_run / "trajectories" / "step_5.jsonl").read_text().splitlines()]
+    assert status == 200 and len(step["episodes"]) == len(rows)
+    first = step["episodes"][0]
+    assert set(first) >= {"task_id", "repeat_index", "episode_uuid", "reward", "advantage", "is_success", "failed",
+                          "madness", "truncated", "calls", "tokens"}
+    for task, group in step["groups"].items():
+        rewards = [r["reward"] for r in rows if r["task_id"] == task]
+        assert group["n"] == len(rewards) and group["mean"] == pytest.approx(sum(rewards) / len(rewards))
+
+
+def test_episode_route_carries_tokens_masks_and_both_logprobs(server, tiny_run):
+    step, record = trained_step(tiny_run)
+    status, _, body = get(server, f"/api/episode/{step}/{record['episode_uuid']}")
+    episode = json.loads(body)
+    assert status == 200 and episode["episode"]["episode_uuid"] == record["episode_uuid"]
+    sample = episode["samples"][record["sample"]]
+    n = len(sample["input_ids"])
+    assert len(sample["pieces"]) == len(sample["loss_mask"]) == len(sample["rollout_logprobs"]) == n
+    assert sample["loss_mask"][: sample["prompt_length"]] == [0] * sample["prompt_length"]
+    trained = [i for i, m in enumerate(sample["loss_mask"]) if m]
+    assert trained
+    for i in trained:  # the trainer's old-policy log-probs reproduce the engine's (same weights, top_p 1)
+        assert sample["trainer_logprobs"][i] == pytest.approx(sample["rollout_logprobs"][i], abs=1e-3)
+    assert all(sample["rollout_logprobs"][i] is None for i in range(n) if not sample["loss_mask"][i])
+
+
+@pytest.mark.parametrize("path", [
+    "/static/../config.yaml", "/static/..%2fconfig.yaml", "/%2e%2e/config.yaml", "/../../etc/passwd",
+    "/config.yaml", "/trajectories/step_1.jsonl", "/static/index.html/../../metrics.jsonl", "/api/step/../config",
+    "/api/episode/1/..%2f..%2fconfig.yaml", "/api/step/99999", "/api/episode/1/no-such-episode", "/static/",
+])
+def test_nothing_outside_the_routes_is_served(server, path):
+    status, _, body = get(server, path)
+    assert status == 404
+    assert b"project_name" not in body and b"root:" not in body
+
+
+def test_other_hosts_get_a_warning_and_a_missing_folder_a_clear_error(tiny_run, tmp_path):
+    from loguru import logger
+
+    from astuner.errors import UserError
+
+    lines = []
+    sink = logger.add(lines.append, level="WARNING")
+    try:
+        viewer = start_viewer(tiny_run, host="0.0.0.0")
+        viewer.shutdown()
+        viewer.server_close()
+    finally:
+        logger.remove(sink)
+    assert any("anyone who can reach it" in str(line) for line in lines)
+    with pytest.raises(UserError, match="not a run folder"):
+        start_viewer(tmp_path / "missing")
+
+
+def test_view_command_reports_a_missing_run(capsys, tmp_path):
+    from astuner.cli import main
+
+    assert main(["view", str(tmp_path / "nope")]) == 2
+    assert "not a run folder" in capsys.readouterr().err
