@@ -2,10 +2,12 @@
 to load in headless Chromium (Debian's chromium + chromedriver, driven by Selenium).
 
     python bench/viewer_load.py [--run launcher_record/tiny_cpu] [--out /tmp/astuner_viewer_bench]
+                                [--screenshot docs/viewer_episode.png]
 
 Without --run it trains the README's one-token demo (tutorial/example_tiny_cpu/tiny_cpu.yaml, 300 steps) into
 --out first. Page load = from navigation until the page has drawn what it shows (every curve point; every
-episode row; every token), best and median of 5 loads each.
+episode row; every token), best and median of 5 loads each. --screenshot saves the episode page of a trained
+sample with tool results inside its response (a multi-turn episode) when the run has one.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", type=Path)
     parser.add_argument("--out", type=Path, default=Path("/tmp/astuner_viewer_bench"))
+    parser.add_argument("--screenshot", type=Path)
     args = parser.parse_args()
     run = args.run or train(args.out)
 
@@ -81,7 +84,9 @@ def main() -> None:
         points = sum(1 for r in metrics if "reward/mean" in r)
         last = max(int(p.name.split("_")[1].split(".")[0]) for p in (run / "trajectories").glob("step_*.jsonl"))
         rows = len((run / "trajectories" / f"step_{last}.jsonl").read_text().splitlines())
-        record = next(r for r in read_token_records(run / "trajectories" / f"step_{last}.tokens.jsonl.gz"))
+        records = read_token_records(run / "trajectories" / f"step_{last}.tokens.jsonl.gz")
+        record = next((r for r in records if r["trainer_logprobs"] and 0 in r["loss_mask"][r["prompt_length"]:]),
+                      records[0])  # a trained multi-turn sample where there is one
         pages = {
             "run page (curves)": (server.url, f"return document.querySelectorAll('[data-curve=\"reward/mean\"] circle').length >= {points}"),
             f"step page ({rows} episodes)": (f"{server.url}?step={last}", f"return document.querySelectorAll('#episodes tr.episode').length >= {rows}"),
@@ -95,6 +100,12 @@ def main() -> None:
         for name, (url, ready) in pages.items():
             times = timed_loads(driver, url, ready)
             print(f"| {name} | {min(times) * 1000:.0f} ms | {statistics.median(times) * 1000:.0f} ms |")
+        if args.screenshot:
+            driver.set_window_size(1400, 1100)
+            url, ready = pages["episode page"]
+            timed_loads(driver, url, ready, repeats=1)
+            driver.save_screenshot(str(args.screenshot))
+            print(f"screenshot of {url}: {args.screenshot}")
     finally:
         driver.quit()
         server.shutdown()

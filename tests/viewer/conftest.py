@@ -21,3 +21,14 @@ def tiny_run(tmp_path_factory) -> Path:
                  "astuner.trainer_common.save_freq=-1", "astuner.trainer_common.test_freq=10"])
     assert code == 0
     return out / "tiny_cpu"
+
+
+@pytest.fixture(scope="session")
+def viewer(tiny_run):
+    """The viewer serving that run, on 127.0.0.1 and a free port."""
+    from astuner.viewer import start_viewer
+
+    server = start_viewer(tiny_run)
+    yield server
+    server.shutdown()
+    server.server_close()

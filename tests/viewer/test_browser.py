@@ -42,16 +42,6 @@ def browser():
     driver.quit()
 
 
-@pytest.fixture(scope="module")
-def viewer(tiny_run):
-    from astuner.viewer import start_viewer
-
-    server = start_viewer(tiny_run)
-    yield server
-    server.shutdown()
-    server.server_close()
-
-
 def wait(driver, condition, timeout=30):
     return WebDriverWait(driver, timeout).until(condition)
 

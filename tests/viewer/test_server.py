@@ -14,12 +14,9 @@ from astuner.viewer import start_viewer
 from tests.viewer.conftest import STEPS
 
 
-@pytest.fixture(scope="module")
-def server(tiny_run):
-    viewer = start_viewer(tiny_run)
-    yield viewer
-    viewer.shutdown()
-    viewer.server_close()
+@pytest.fixture
+def server(viewer):
+    return viewer
 
 
 def get(server, path: str, method: str = "GET") -> tuple[int, str, bytes]:
