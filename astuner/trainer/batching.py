@@ -71,9 +71,8 @@ def response_logprobs(model: Any, batch: MicroBatch, temperature: float, with_en
     forward computes in `dtype` (astuner.precision), the log-softmax in fp32."""
     import torch
 
-    from astuner.precision import autocast
-
     from astuner.logits import last_logits_kwargs
+    from astuner.precision import autocast
 
     r = batch.response_width
     with autocast(batch.input_ids.device, dtype):

@@ -110,8 +110,9 @@ class PolicyTrainer:
                     mask = batch.response_mask
                     old_logp = logp.detach() if single_step else self._per_token(old, part, batch)
                     if single_step:
+                        rows = old_logp.tolist()  # one device-to-host copy per micro-batch
                         for i, s in enumerate(part):
-                            s.trainer_logprobs = old_logp[i, batch.response_width - len(s.loss_mask):].tolist()
+                            s.trainer_logprobs = rows[i][batch.response_width - len(s.loss_mask):]
                     pg, clipped = ppo_clip_loss(logp, old_logp, batch.advantages, al.clip_ratio_low,
                                                 al.clip_ratio_high, al.clip_ratio_c)
                     loss = aggregate(pg, mask, al.loss_agg_mode, token_total, seq_total)
