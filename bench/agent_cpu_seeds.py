@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -32,6 +33,8 @@ def run(seed: int, exp_dir: Path, bar: float) -> dict:
             f"astuner.experiment_name={name}", f"astuner.model.path={exp_dir}/.models/{name}",
             f"astuner.model.tiny.seed={seed}", f"astuner.rollout.seed={seed}",
             f"astuner.trainer_common.seed={seed}", f"astuner.task_reader.task_selector.seed={seed}"]
+    for old in (exp_dir / name, exp_dir / ".models" / name):  # a fresh run and model each time, as a newcomer's
+        shutil.rmtree(old, ignore_errors=True)
     started = time.perf_counter()
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen: list[tuple[int, float, float]] = []  # (step, reward, seconds since start)
