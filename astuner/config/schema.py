@@ -118,6 +118,8 @@ class RolloutConfig:
     max_error_rate: float = 0.5
     run_workflow_in_thread: bool = False
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    tool_call_parser: str = "auto"
+    reasoning_parser: str = "auto"
     val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
 
 

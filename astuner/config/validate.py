@@ -214,6 +214,10 @@ def _check_rules(cfg: AstunerConfig, b: _Builder) -> None:
                     f"known checks: {', '.join(MADNESS_CHECKS)}")
 
     one_of("astuner.rollout.engine", ro.engine, ENGINES)
+    from astuner.tuner.tool_parser import ALIASES, PARSER_CHOICES, REASONING_ALIASES, REASONING_CHOICES
+
+    one_of("astuner.rollout.tool_call_parser", ro.tool_call_parser, PARSER_CHOICES + tuple(ALIASES))
+    one_of("astuner.rollout.reasoning_parser", ro.reasoning_parser, REASONING_CHOICES + tuple(REASONING_ALIASES))
     if ro.engine == "openai":
         required("astuner.rollout.openai_base_url", ro.openai_base_url,
                  "set it to the server's base URL, e.g. http://127.0.0.1:8000/v1")

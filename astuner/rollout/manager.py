@@ -84,6 +84,11 @@ class RolloutManager:
         self.auxiliary_models = auxiliary_models or {}
         self.env_client = env_client
         self.special_ids = set(getattr(tokenizer, "all_special_ids", []) or [])
+        from astuner.tuner.tool_parser import resolve_format, resolve_reasoning
+
+        # the replies' tool-call format (auto: from the chat template) and thinking, once for the run
+        self.reply_format = (resolve_format(cfg.rollout.tool_call_parser, tokenizer),
+                             resolve_reasoning(cfg.rollout.reasoning_parser))
 
     def sampling(self, mode: str) -> SamplingParams:
         ro = self.cfg.rollout
@@ -130,7 +135,8 @@ class RolloutManager:
             started = time.perf_counter()
             tuner = ModelTuner(self.engine, self.tokenizer, sampling, ro.max_model_len, result.recorder,
                                trainable_targets=getattr(self.workflow, "trainable_targets", None),
-                               chat_template_kwargs=ro.chat_template_kwargs, loop=asyncio.get_running_loop())
+                               chat_template_kwargs=ro.chat_template_kwargs, loop=asyncio.get_running_loop(),
+                               reply_format=self.reply_format)
             env = self._env_handle(task, result.episode_uuid)
             workflow_task = WorkflowTask(task=task, repeat_index=repeat_index, episode_uuid=result.episode_uuid, env=env)
             try:

