@@ -38,6 +38,8 @@ class EnvServiceConfig:
     training_split: str = "train"
     validation_split: Optional[str] = "val"
     timeout_s: float = 30.0
+    retries: int = 3
+    retry_backoff_s: float = 0.5
 
 
 @dataclass

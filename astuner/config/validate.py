@@ -188,6 +188,12 @@ def _check_rules(cfg: AstunerConfig, b: _Builder) -> None:
             b.error("astuner.task_reader.env_service.env_url",
                     f"astuner.task_reader.env_service.env_url {es.env_url!r} must start with http:// or https://")
         positive("astuner.task_reader.env_service.timeout_s", es.timeout_s)
+        if es.retries < 0:
+            b.error("astuner.task_reader.env_service.retries",
+                    f"astuner.task_reader.env_service.retries must be >= 0, got {es.retries}")
+        if es.retry_backoff_s < 0:
+            b.error("astuner.task_reader.env_service.retry_backoff_s",
+                    f"astuner.task_reader.env_service.retry_backoff_s must be >= 0, got {es.retry_backoff_s}")
 
     for key in ("train_batch_size", "max_prompt_length", "max_response_length"):
         positive(f"astuner.data.{key}", getattr(cfg.data, key))

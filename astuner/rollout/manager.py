@@ -83,6 +83,7 @@ class RolloutManager:
         self.engine, self.tokenizer = engine, tokenizer
         self.auxiliary_models = auxiliary_models or {}
         self.env_client = env_client
+        self._env_clients: dict[str, Any] = {}
         self.special_ids = set(getattr(tokenizer, "all_special_ids", []) or [])
         from astuner.tuner.tool_parser import resolve_format, resolve_reasoning
 
@@ -185,8 +186,12 @@ class RolloutManager:
             return None
         from astuner.env_service import EnvHandle, EnvServiceClient
 
-        client = self.env_client or EnvServiceClient(task.metadata["env_url"],
-                                                     self.cfg.task_reader.env_service.timeout_s)
+        client = self.env_client
+        if client is None:  # one pooled client per service for the run's episodes
+            url, es = task.metadata["env_url"], self.cfg.task_reader.env_service
+            client = self._env_clients.get(url)
+            if client is None:
+                client = self._env_clients[url] = EnvServiceClient(url, es.timeout_s, es.retries, es.retry_backoff_s)
         return EnvHandle(client, task.env_type, task.task_id, episode_uuid)
 
     async def _run_workflow(self, workflow_task: WorkflowTask, tuner: Any) -> Any:

@@ -35,7 +35,8 @@ def build_task_reader(cfg: AstunerConfig, extra_roots: Sequence[Path] = ()) -> T
         from astuner.task_reader.env_service import EnvServiceReader
 
         e = tr.env_service
-        return EnvServiceReader(e.env_url, e.env_type, e.training_split, e.validation_split, e.timeout_s)
+        return EnvServiceReader(e.env_url, e.env_type, e.training_split, e.validation_split, e.timeout_s, e.retries,
+                                e.retry_backoff_s)
     raise ValueError(f"unknown task reader type {tr.type!r}")  # validate_astuner_tree rejects this earlier
 
 

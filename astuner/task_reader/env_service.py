@@ -13,8 +13,8 @@ from astuner.task_reader.rows import unique_ids
 
 class EnvServiceReader:
     def __init__(self, env_url: str, env_type: str, training_split: str, validation_split: Optional[str],
-                 timeout_s: float = 30.0):
-        self.client = EnvServiceClient(env_url, timeout_s)
+                 timeout_s: float = 30.0, retries: int = 3, retry_backoff_s: float = 0.5):
+        self.client = EnvServiceClient(env_url, timeout_s, retries, retry_backoff_s)
         self.env_url, self.env_type = env_url, env_type
         self.training_split, self.validation_split = training_split, validation_split
 

@@ -85,7 +85,9 @@ def _free_port() -> int:
 def test_connection_refused_names_url():
     url = f"http://127.0.0.1:{_free_port()}"
     with pytest.raises(EnvServiceError, match=rf"cannot reach the environment service at {url}/task_ids"):
-        EnvServiceReader(url, "guess_number", "train", None, timeout_s=2).train_tasks()
+        EnvServiceReader(url, "guess_number", "train", None, timeout_s=2, retry_backoff_s=0.01).train_tasks()
+    with pytest.raises(EnvServiceError, match=r"after 4 attempts"):  # 3 retries, then the error
+        EnvServiceClient(url, timeout_s=2, retries=3, retry_backoff_s=0.01).create("guess_number", "train_0")
 
 
 def test_timeout_names_url_and_setting():
@@ -105,10 +107,69 @@ def test_timeout_names_url_and_setting():
     url = f"http://127.0.0.1:{server.getsockname()[1]}"
     try:
         with pytest.raises(EnvServiceError, match=rf"{url}/task_ids did not answer within 0.5s.*timeout_s"):
-            EnvServiceClient(url, timeout_s=0.5).task_ids("guess_number", "train")
+            EnvServiceClient(url, timeout_s=0.5, retries=0).task_ids("guess_number", "train")
     finally:
         stop.set()
         thread.join(timeout=5)
         for conn in accepted:
             conn.close()
         server.close()
+
+
+class _Flaky:
+    """A service whose endpoints fail with a given status a given number of times, counting every request."""
+
+    def __init__(self, failures: dict[str, tuple[int, int]]):
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.failures, self.calls = dict(failures), {}
+        flaky = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                return
+
+            def _answer(self):
+                name = self.path.strip("/")
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                flaky.calls[name] = flaky.calls.get(name, 0) + 1
+                status, times = flaky.failures.get(name, (200, 0))
+                ok = flaky.calls[name] > times
+                body = (b'{"task_ids": ["a"], "instance_id": "i", "query": "q", "observation": {}, "reward": 1}'
+                        if ok else b'{"error": "busy"}')
+                self.send_response(200 if ok else status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = _answer
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_retries_with_backoff_only_where_a_second_send_is_safe():
+    flaky = _Flaky({"task_ids": (500, 2), "create": (503, 2), "step": (500, 5), "evaluate": (502, 9)})
+    try:
+        client = EnvServiceClient(flaky.url, timeout_s=5, retries=3, retry_backoff_s=0.01)
+        assert client.task_ids("e", "train") == ["a"] and flaky.calls["task_ids"] == 3  # 500 twice, then ok
+        assert client.create("e", "t")["instance_id"] == "i" and flaky.calls["create"] == 3  # 503: not processed
+        with pytest.raises(EnvServiceError, match=rf"{flaky.url}/step answered HTTP 500: busy"):
+            client.step("i", {"role": "assistant", "content": "x"})
+        assert flaky.calls["step"] == 1  # a 500 from /step may have moved the environment: never sent twice
+        with pytest.raises(EnvServiceError, match=rf"{flaky.url}/evaluate answered HTTP 502 \(after 4 attempts\)"):
+            client.evaluate("i")
+        assert flaky.calls["evaluate"] == 4
+        none = EnvServiceClient(flaky.url, timeout_s=5, retries=0)
+        flaky.calls.clear()
+        flaky.failures["health"] = (503, 1)
+        with pytest.raises(EnvServiceError, match="HTTP 503"):
+            none.health()
+        assert flaky.calls["health"] == 1
+    finally:
+        flaky.close()
