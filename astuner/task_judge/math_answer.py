@@ -45,6 +45,11 @@ def ground_truth_of(metadata: dict[str, Any]) -> Optional[str]:
     return None
 
 
+_ASSIGNMENT = re.compile(r"^[A-Za-z]\w*\s*=\s*(?=\S)")  # "x = 18": the value is the answer
+_SPLIT_DIGITS = re.compile(r"\d\s+\d")  # "1 8" is not how 18 is written
+_SPACED_THOUSANDS = re.compile(r"^[-+]?\d{1,3}([ \u2009\u202f]\d{3})+(\.\d+)?$")
+
+
 def _strip_latex(s: str) -> str:
     s = s.strip().strip(".").strip()
     s = re.sub(r"\\text\{([^{}]*)\}", r"\1", s)
@@ -52,13 +57,15 @@ def _strip_latex(s: str) -> str:
     s = s.replace("{,}", ",")
     for token in ("\\$", "$", "\\!", "\\,", "\\;", "\\left", "\\right", "\\%", "%"):
         s = s.replace(token, "")
-    return s.strip()
+    return _ASSIGNMENT.sub("", s.strip()).strip()
 
 
 def to_number(s: str) -> Optional[Fraction]:
     """Exact value of '18', '18.0', '$18', '18 dollars', '1,000', '\\frac{1}{2}', '3/4'; None otherwise."""
     s = _strip_latex(s)
     s = s.replace("\u2212", "-")
+    if _SPACED_THOUSANDS.match(s):  # "1 000" (a space, thin or narrow no-break space, between groups of three)
+        s = re.sub(r"[ \u2009\u202f]", "", s)
     m = _FRAC.match(s.replace(" ", ""))
     if m:
         num, den = to_number(m.group(2)), to_number(m.group(3))
@@ -90,6 +97,8 @@ def answers_match(predicted: str, reference: str) -> bool:
     p_num, r_num = to_number(predicted), to_number(reference)
     if p_num is not None and r_num is not None:
         return p_num == r_num
+    if _SPLIT_DIGITS.search(_strip_latex(predicted)) and not _SPLIT_DIGITS.search(_strip_latex(reference)):
+        return False  # digits the spaces would glue together ("1 8" vs 18)
     return normalize_text(predicted) == normalize_text(reference) != ""
 
 

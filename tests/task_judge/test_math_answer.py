@@ -15,6 +15,9 @@ from astuner.task_judge.math_answer_as_judge import MathAnswerAsJudge
     ("1,000", "1000", True), ("\\frac{1}{2}", "0.5", True), ("\\dfrac{3}{4}", "3/4", True), ("-\\frac{1}{2}", "-0.5", True),
     ("50\\%", "50", True), ("\\text{5 apples}", "5", True), ("17", "18", False), ("1,00", "100", False),
     ("x+1", "x + 1", True), ("yes", "no", False), ("", "", False), ("18.5", "18", False),
+    ("x = 18", "18", True), ("n=3.5", "7/2", True), ("\\text{x} = 5", "5", True),  # an assignment's value
+    ("1 8", "18", False), ("7 2", "72", False), ("1 8", "1 8", True),  # digits split by spaces
+    ("\\$1 000", "1000", True), ("12\u2009345.5", "12345.5", True), ("12 34", "1234", False),  # spaced thousands
 ])
 def test_answers_match(predicted, reference, equal):
     assert answers_match(predicted, reference) is equal
@@ -33,6 +36,7 @@ def test_extract_answer_fallbacks():
     assert extract_answer("work...\n#### 42") == "42"
     assert extract_answer("I think it is 42 but not sure") is None
     assert extract_answer(None) is None
+    assert extract_answer("x = 42") == "x = 42" and answers_match(extract_answer(r"\boxed{x = 42}"), "42")
 
 
 def test_ground_truth_forms():
