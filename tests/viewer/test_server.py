@@ -127,3 +127,26 @@ def test_view_command_reports_a_missing_run(capsys, tmp_path):
 
     assert main(["view", str(tmp_path / "nope")]) == 2
     assert "not a run folder" in capsys.readouterr().err
+
+
+def test_a_failed_episode_is_served_with_its_traceback(tmp_path):
+    from astuner.records.metrics import write_trajectories
+
+    run = tmp_path / "failing_run"
+    (run / "trajectories").mkdir(parents=True)
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward/mean": 0.0, "rollout/error_rate": 1.0}) + "\n")
+    trace = 'Traceback (most recent call last):\n  File "agent.py", line 3\nRuntimeError: tool crashed'
+    write_trajectories(run / "trajectories", 1, [{
+        "task_id": "t0", "repeat_index": 0, "episode_uuid": "abc123", "reward": 0.0, "is_success": False,
+        "advantage": None, "failed": True, "error": trace, "madness": [], "truncated": False,
+        "messages": [{"role": "user", "content": "hi"}], "response": None, "calls": 0, "samples": []}])
+    viewer = start_viewer(run)
+    try:
+        step = json.loads(get(viewer, "/api/step/1")[2])
+        assert step["episodes"][0]["failed"] is True and step["groups"]["t0"]["n"] == 1
+        episode = json.loads(get(viewer, "/api/episode/1/abc123")[2])
+        assert episode["episode"]["error"] == trace and episode["samples"] == []
+        assert json.loads(get(viewer, "/api/run")[2])["steps"] == [1]
+    finally:
+        viewer.shutdown()
+        viewer.server_close()

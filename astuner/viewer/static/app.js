@@ -216,7 +216,11 @@ function tokenView(sample, threshold) {
     if (diff !== null && diff > threshold) attrs.class = "tok over";
     return el("span", attrs, sample.pieces[i]);
   });
-  return el("div", { class: "tokens", "data-sample": sample.sample }, tokens);
+  // the prompt (system prompt, tool schemas: the same in every episode) folded away; the response part —
+  // generated tokens and the tool results between them — shown
+  const n = sample.prompt_length;
+  const prompt = el("details", { class: "prompt" }, el("summary", {}, `prompt: ${n} tokens (context)`), tokens.slice(0, n));
+  return el("div", { class: "tokens", "data-sample": sample.sample }, n ? prompt : [], tokens.slice(n));
 }
 
 function showTip(event) {
