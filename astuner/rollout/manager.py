@@ -27,6 +27,7 @@ from astuner.rollout.engines.base import Engine, SamplingParams
 from astuner.rollout.gc_freeze import objects_frozen
 from astuner.rollout.threads import run_in_own_thread
 from astuner.schema import Sample, Task, WorkflowOutput, WorkflowTask
+from astuner.schema.output import as_workflow_output
 from astuner.task_judge.base import BaseJudge
 from astuner.task_judge.run_judge import judge_episode, task_as_dict
 from astuner.tuner.recorder import EpisodeRecorder
@@ -142,8 +143,10 @@ class RolloutManager:
             workflow_task = WorkflowTask(task=task, repeat_index=repeat_index, episode_uuid=result.episode_uuid, env=env)
             try:
                 output = await asyncio.wait_for(self._run_workflow(workflow_task, tuner), ro.episode_timeout_s)
-                if not isinstance(output, WorkflowOutput):
+                converted = as_workflow_output(output)  # agentscope.tuner's WorkflowOutput is taken too
+                if converted is None:
                     raise TypeError(f"the workflow returned {type(output).__name__}, expected a WorkflowOutput")
+                output = converted
                 result.output = output
                 result.reward, result.is_success, judge_metrics = await judge_episode(
                     self.judge, workflow_task, output, self.auxiliary_models)

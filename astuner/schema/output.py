@@ -30,3 +30,24 @@ class JudgeOutput:
     reward: float
     is_success: Optional[bool] = None
     metrics: Optional[dict[str, float]] = None
+
+
+def as_workflow_output(value: Any) -> Optional[WorkflowOutput]:
+    """`value` as our WorkflowOutput: ours as it is, agentscope.tuner's (reward, response, metrics) converted."""
+    if isinstance(value, WorkflowOutput):
+        return value
+    if type(value).__name__ != "WorkflowOutput" or not hasattr(value, "reward"):
+        return None  # duck-typed by class name: agentscope.tuner need not be importable (it needs dspy)
+    return WorkflowOutput(reward=value.reward, is_success=getattr(value, "is_success", None),
+                          metadata=dict(getattr(value, "metadata", None) or {}), response=getattr(value, "response", None),
+                          metrics=dict(getattr(value, "metrics", None) or {}))
+
+
+def as_judge_output(value: Any) -> Optional[JudgeOutput]:
+    """`value` as our JudgeOutput: ours as it is, agentscope.tuner's (reward, metrics) converted."""
+    if isinstance(value, JudgeOutput):
+        return value
+    if type(value).__name__ != "JudgeOutput" or not hasattr(value, "reward"):
+        return None
+    return JudgeOutput(reward=value.reward, is_success=getattr(value, "is_success", None),
+                       metrics=dict(getattr(value, "metrics", None) or {}))

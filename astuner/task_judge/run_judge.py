@@ -8,6 +8,7 @@ import math
 from typing import Any, Optional
 
 from astuner.schema import JudgeOutput, WorkflowOutput, WorkflowTask
+from astuner.schema.output import as_judge_output
 from astuner.task_judge.base import BaseJudge
 
 
@@ -39,6 +40,7 @@ async def judge_episode(judge: Optional[Any], workflow_task: WorkflowTask, outpu
     else:
         verdict = await judge(task_as_dict(workflow_task), output.response, auxiliary_models)
     name = type(judge).__name__ if isinstance(judge, BaseJudge) else getattr(judge, "__name__", "judge")
+    verdict = as_judge_output(verdict) or verdict  # agentscope.tuner's JudgeOutput is taken too
     if isinstance(verdict, JudgeOutput):
         reward = _as_reward(verdict.reward, f"judge {name}")
         success = verdict.is_success if verdict.is_success is not None else reward > 0

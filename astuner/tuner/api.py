@@ -126,6 +126,10 @@ def build_config(*, workflow_func: Callable, judge_func: Optional[Callable], tra
     }}
 
 
+TRINITY_TOP_LEVEL = {"project", "name", "checkpoint_root_dir", "algorithm", "model", "cluster", "buffer", "explorer",
+                     "synchronizer", "trainer", "monitor", "mode"}
+
+
 def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
          train_dataset: Optional[DatasetConfig] = None, eval_dataset: Optional[DatasetConfig] = None,
          model: Optional[TunerModelConfig] = None, auxiliary_models: Optional[dict[str, Any]] = None,
@@ -164,6 +168,11 @@ def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
     base: dict[str, Any] = {}
     if config_path is not None:
         base = yaml.safe_load(Path(config_path).read_text(encoding="utf-8")) or {}
+        trinity_keys = sorted(set(base) & TRINITY_TOP_LEVEL) if isinstance(base, dict) else []
+        if trinity_keys and "astuner" not in base:  # refused, never half-read
+            raise UserError(f"{config_path} is a Trinity-RFT config (top-level {', '.join(trinity_keys)}); "
+                            f"tune(config_path=...) reads an astuner YAML (an 'astuner:' tree) — Trinity-RFT "
+                            f"configs are not translated yet")
     staged = root_parent / f".{name}.tune.yaml"
     staged.write_text(yaml.safe_dump(deep_merge(base, overrides), sort_keys=False), encoding="utf-8")
     try:

@@ -28,6 +28,10 @@ def build_auxiliary_models(models: dict[str, Any]) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     for name, entry in (models or {}).items():
+        if type(entry).__name__ == "TunerModelConfig" and not isinstance(entry, TunerModelConfig):
+            # agentscope.tuner's (pydantic) TunerModelConfig: the same fields, duck-typed
+            entry = TunerModelConfig(**{f: getattr(entry, f) for f in TunerModelConfig.__dataclass_fields__
+                                        if hasattr(entry, f)})
         if isinstance(entry, TunerModelConfig):
             from astuner.rollout.engines.factory import load_tokenizer
             from astuner.rollout.engines.hf import HFEngine

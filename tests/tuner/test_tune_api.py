@@ -163,3 +163,70 @@ def test_tune_keeps_the_judge_its_config_names(tmp_path, monkeypatch):
     assert saved["task_judge"]["judge_protocol"] == "astuner.task_judge.math_answer_as_judge->MathAnswerAsJudge"
     rows = [json.loads(line) for line in (root / "metrics.jsonl").read_text().splitlines()]
     assert rows[0]["rollout/error_rate"] == 0.0
+
+
+def agentscope_tuner():
+    """agentscope.tuner's own config and output classes, loaded from agentscope's files: its package import
+    needs dspy, which these files do not."""
+    import importlib.util
+    import sys
+    import types
+    from pathlib import Path
+
+    import agentscope
+
+    folder = Path(agentscope.__file__).parent / "tuner"
+    found = types.SimpleNamespace()
+    for stem in ("_workflow", "_judge", "_dataset", "_model", "_algorithm"):
+        spec = importlib.util.spec_from_file_location(f"agentscope_tuner{stem}", folder / f"{stem}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # pydantic resolves the classes' forward references through it
+        spec.loader.exec_module(module)
+        for name in dir(module):
+            if name[0].isupper():
+                setattr(found, name, getattr(module, name))
+    found.TunerModelConfig.model_rebuild()
+    return found
+
+
+AS = agentscope_tuner()
+
+
+async def run_react_agent_as(task: dict, model, auxiliary_models=None):
+    """run_react_agent written against agentscope.tuner: its WorkflowOutput."""
+    ours = await run_react_agent(task, model, auxiliary_models)
+    return AS.WorkflowOutput(response=ours.response, metrics={"replied": 1.0})
+
+
+async def judge_function_as(task: dict, response, auxiliary_models=None):
+    answer = task["answer"].split("####")[-1].strip()
+    return AS.JudgeOutput(reward=1.0 if (response.get_text_content() or "").strip() == answer else 0.0,
+                          metrics={"judged": 1.0})
+
+
+def test_agentscope_tuner_spelling_trains_too(dataset, tiny_model_dir, tmp_path, monkeypatch):
+    """A user coming from agentscope.tuner changes only the tune import: its config objects and the outputs
+    their functions return are taken as they are."""
+    assert AS.WorkflowOutput.__module__ != WorkflowOutput.__module__  # really the other library's classes
+    monkeypatch.chdir(tmp_path)
+    root = tune(workflow_func=run_react_agent_as, judge_func=judge_function_as,
+                model=AS.TunerModelConfig(model_path=str(tiny_model_dir), max_model_len=4096, max_tokens=16),
+                train_dataset=AS.DatasetConfig(path=str(dataset), split="train", total_steps=2),
+                eval_dataset=AS.DatasetConfig(path=str(dataset), split="test"),
+                algorithm=AS.AlgorithmConfig(algorithm_type="multi_step_grpo", group_size=2, batch_size=2,
+                                             learning_rate=1e-6, eval_interval_steps=2),
+                auxiliary_models={"helper": AS.TunerModelConfig(model_path=str(tiny_model_dir), max_model_len=4096,
+                                                                max_tokens=8)},
+                experiment_name="as_spelling")
+    rows = [json.loads(line) for line in (root / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2] and "val/reward_mean" in rows[1]
+    assert rows[0]["rollout/error_rate"] == 0.0  # the other library's outputs were not refused
+    assert rows[0]["workflow/replied"] == 1.0 and rows[0]["judged"] == 1.0  # their metrics kept
+
+
+def test_a_trinity_config_path_is_refused_not_half_read(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    conf = tmp_path / "trinity.yaml"
+    conf.write_text("project: p\nname: run1\nalgorithm: {algorithm_type: grpo}\nbuffer: {batch_size: 4}\n")
+    with pytest.raises(UserError, match=r"is a Trinity-RFT config \(top-level algorithm, buffer, name, project\)"):
+        tune(workflow_func=run_react_agent, config_path=str(conf))
