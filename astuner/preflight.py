@@ -94,4 +94,7 @@ def preflight(run_config: Any, exp_dir: Path, offline: bool) -> list[str]:
     """Every check above, in order; notes for the user. Raises the first UserError found."""
     cfg, roots = run_config.astuner, run_config.extra_roots
     check_exp_dir(exp_dir)
+    from astuner.records.monitors import check_installed
+
+    check_installed(cfg.trainer_common.logger)
     return [check_tasks(cfg, roots, offline), check_model(cfg, roots, offline)]

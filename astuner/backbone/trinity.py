@@ -59,7 +59,11 @@ def run(ctx: Any) -> None:
         from astuner.backbone.trinity_backbone import health
 
         config = checked_config(path, ctx.run_dir.tensorboard)
-        connect(config, worker_env(cpu_mode(ctx.config)))
+        from astuner.records.monitors import tracker_env
+
+        # the chosen tracker's offline mode and folders (inside the run folder) for Trinity's processes
+        connect(config, {**worker_env(cpu_mode(ctx.config)),
+                         **tracker_env(list(ctx.config.astuner.trainer_common.logger), root)})
         counter = health.start(config, ctx.config, root, n_val)  # held for the run: the actor lives as long
         from trinity.cli.launcher import run_stage
 

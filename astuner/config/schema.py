@@ -190,6 +190,7 @@ class TrainerCommonConfig:
     mini_batch_num: int = 1
     max_token_len_per_micro_batch: int = 16384
     trajectories_per_step: int = 64
+    logger: list[str] = field(default_factory=lambda: ["console", "tensorboard"])
     max_checkpoints_to_keep: Optional[int] = None
     optim: OptimConfig = field(default_factory=OptimConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)

@@ -262,6 +262,10 @@ def _check_rules(cfg: AstunerConfig, b: _Builder) -> None:
         positive("astuner.trainer_common.total_training_steps", tc.total_training_steps)
     for key in ("ppo_epochs", "mini_batch_num", "max_token_len_per_micro_batch", "nnodes", "n_gpus_per_node"):
         positive(f"astuner.trainer_common.{key}", getattr(tc, key))
+    from astuner.records.monitors import LOGGERS
+
+    for i, name in enumerate(tc.logger):
+        one_of(f"astuner.trainer_common.logger[{i}]", name, LOGGERS)
     if tc.trajectories_per_step < 0:
         b.error("astuner.trainer_common.trajectories_per_step", "astuner.trainer_common.trajectories_per_step must be >= 0")
     if tc.max_checkpoints_to_keep is not None:

@@ -13,8 +13,10 @@ from loguru import logger
 
 
 class MetricsWriter:
-    def __init__(self, root: Path, tensorboard_dir: Optional[Path] = None, tensorboard: bool = True):
+    def __init__(self, root: Path, tensorboard_dir: Optional[Path] = None, tensorboard: bool = True,
+                 monitors: Optional[list[Any]] = None):
         self.path = root / "metrics.jsonl"
+        self.monitors = list(monitors or [])  # astuner.records.monitors: wandb, swanlab, mlflow
         tensorboard_dir = tensorboard_dir or root / "tensorboard"
         self.tb: Any = None
         if tensorboard:
@@ -35,6 +37,9 @@ class MetricsWriter:
                 if value is not None:
                     self.tb.add_scalar(key, value, step)
             self.tb.flush()
+        scalars = {k: v for k, v in clean.items() if v is not None}
+        for monitor in self.monitors:
+            monitor.log(step, scalars)
 
     def history(self) -> list[dict[str, Any]]:
         if not self.path.exists():
@@ -49,6 +54,12 @@ class MetricsWriter:
     def close(self) -> None:
         if self.tb is not None:
             self.tb.close()
+        for monitor in self.monitors:
+            try:
+                monitor.close()
+            except Exception as exc:  # a tracker failing to close loses nothing of metrics.jsonl
+                logger.warning(f"{type(monitor).__name__} did not close cleanly: {exc}")
+        self.monitors = []
 
 
 def write_trajectories(folder: Path, step: int, rows: Iterable[dict[str, Any]]) -> Optional[Path]:

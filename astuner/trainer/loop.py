@@ -103,7 +103,12 @@ class DebugTrainer:
                                       auxiliary_models=getattr(self.ctx, "auxiliary_models", None))
         steps_per_epoch = self.selector.steps_per_epoch(cfg.data.train_batch_size)
         self.total_steps = tc.total_training_steps or tc.total_epochs * steps_per_epoch
-        self.writer = MetricsWriter(self.run_dir.root, self.run_dir.tensorboard)
+        from astuner.records.monitors import open_monitors
+
+        self.writer = MetricsWriter(self.run_dir.root, self.run_dir.tensorboard, "tensorboard" in tc.logger,
+                                    # beside tensorboard/: the run folder, or monitor/ in tune()'s layout
+                                    open_monitors(tc.logger, cfg.project_name, self.ctx.config.experiment_name,
+                                                  self.run_dir.tensorboard.parent, self.ctx.config.merged))
         self.start_step = 0
         if self.checkpoint is not None:
             state = load_trainer_state(self.checkpoint)

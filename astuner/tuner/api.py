@@ -94,8 +94,6 @@ def build_config(*, workflow_func: Callable, judge_func: Optional[Callable], tra
     if model.max_tokens >= model.max_model_len:
         raise UserError(f"TunerModelConfig.max_tokens ({model.max_tokens}) must be smaller than max_model_len "
                         f"({model.max_model_len}): the prompt needs room too")
-    if monitor_type not in (None, "tensorboard"):
-        raise UserError(f"monitor_type {monitor_type!r} is not supported; use 'tensorboard' (or None)")
     hf: dict[str, Any] = {"dataset_path": train_dataset.path, "dataset_name": train_dataset.name,
                           "training_split": train_dataset.split,
                           "validation_split": eval_dataset.split if eval_dataset else None}
@@ -122,8 +120,20 @@ def build_config(*, workflow_func: Callable, judge_func: Optional[Callable], tra
                            "total_training_steps": train_dataset.total_steps,
                            "trinity_only__n_vllm_engine": model.inference_engine_num,
                            "optim": {"lr": algorithm.learning_rate},
-                           "algorithm": {"adv_estimator": algorithm.algorithm_type}},
+                           "algorithm": {"adv_estimator": algorithm.algorithm_type},
+                           **monitor_logger(monitor_type)},
     }}
+
+
+def monitor_logger(monitor_type: Optional[str]) -> dict[str, Any]:
+    """agentscope.tuner's monitor_type (one of tensorboard, wandb, swanlab, mlflow; None = tensorboard) as
+    trainer_common.logger."""
+    if monitor_type is None:
+        return {}
+    choices = ("tensorboard", "wandb", "swanlab", "mlflow")
+    if monitor_type not in choices:
+        raise UserError(f"monitor_type {monitor_type!r} is not supported; use one of {', '.join(choices)} (or None)")
+    return {"logger": ["console", monitor_type]}
 
 
 TRINITY_TOP_LEVEL = {"project", "name", "checkpoint_root_dir", "algorithm", "model", "cluster", "buffer", "explorer",
@@ -160,7 +170,8 @@ def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
                                  project_name=project, experiment_name=name, monitor_type=monitor_type)
     else:
         overrides = {"astuner": {"project_name": project, "experiment_name": name,
-                                 "rollout": {"agentscope_workflow": plugin_string(workflow_func)}}}
+                                 "rollout": {"agentscope_workflow": plugin_string(workflow_func)},
+                                 "trainer_common": monitor_logger(monitor_type)}}
         if judge_func is not None:  # else the config's judge, if it names one
             overrides["astuner"]["task_judge"] = {"judge_protocol": plugin_string(judge_func)}
     root_parent = Path.cwd() / "checkpoints" / project

@@ -309,3 +309,21 @@ def test_grpo_advantages_equal_trinitys_own():
     out, _ = fn(exps)
     theirs = {exp.eid.run: float(exp.advantages[0]) for exp in out}
     assert [theirs[i] for i in range(len(GRPO_ROWS))] == pytest.approx(our_grpo_advantages(True), abs=1e-5)
+
+
+def test_one_tracker_reaches_trinitys_monitor_and_more_are_refused(tmp_path, monkeypatch):
+    from trinity.utils.monitor import MONITOR
+
+    from astuner.backbone.trinity_backbone.translate import trinity_monitor
+    from astuner.errors import ConfigError
+
+    assert trinity_monitor(["console", "tensorboard"], tmp_path)["monitor_type"] == "tensorboard"
+    wandb = trinity_monitor(["console", "wandb"], tmp_path)
+    assert wandb["monitor_type"] == "wandb" and MONITOR.get("wandb") is not None  # a name Trinity's registry has
+    mlflow = trinity_monitor(["mlflow"], tmp_path)
+    assert mlflow["monitor_args"] == {"uri": (tmp_path / "mlruns").as_uri()}
+    with pytest.raises(ConfigError, match="Trinity-RFT logs to one tracker, got tensorboard, wandb"):
+        trinity_monitor(["console", "tensorboard", "wandb"], tmp_path)
+    monkeypatch.delenv("SWANLAB_API_KEY", raising=False)
+    with pytest.raises(ConfigError, match="needs SWANLAB_API_KEY|without SWANLAB_API_KEY"):
+        trinity_monitor(["swanlab"], tmp_path)

@@ -316,3 +316,22 @@ def test_dual_clip_ppo_loss_equals_verls_own():
     theirs = compute_policy_loss(old, logp, adv, mask, cliprange_low=0.2, cliprange_high=0.28, clip_ratio_c=3.0,
                                  loss_agg_mode="token-mean")[0]
     assert float(ours.mean()) == pytest.approx(float(theirs), rel=1e-5)
+
+
+def test_trackers_reach_verls_logger_offline_in_the_run_folder(tmp_path, monkeypatch):
+    from verl.utils.tracking import Tracking
+
+    from astuner.backbone.verl_backbone.translate import translate_to_verl
+    from astuner.config import load_run_config
+
+    for key in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_DIR", "MLFLOW_TRACKING_URI"):
+        monkeypatch.delenv(key, raising=False)
+    run = load_run_config(SEED, ["astuner.trainer_common.logger=[console,tensorboard,wandb,mlflow]"])
+    verl = translate_to_verl(run, tmp_path)
+    assert verl["trainer"]["logger"] == ["console", "tensorboard", "wandb", "mlflow"]
+    assert set(verl["trainer"]["logger"]) <= set(Tracking.supported_backend)  # verl's own list of names
+    env = verl["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]
+    assert env["WANDB_MODE"] == "offline" and env["WANDB_DIR"] == str(tmp_path)
+    assert env["MLFLOW_TRACKING_URI"] == (tmp_path / "mlruns").as_uri() and env["MLFLOW_ALLOW_FILE_STORE"] == "true"
+    monkeypatch.setenv("WANDB_API_KEY", "k")  # a user with a key logs online, as wandb would
+    assert "WANDB_MODE" not in translate_to_verl(run, tmp_path)["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]

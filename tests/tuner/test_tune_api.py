@@ -230,3 +230,16 @@ def test_a_trinity_config_path_is_refused_not_half_read(tmp_path, monkeypatch):
     conf.write_text("project: p\nname: run1\nalgorithm: {algorithm_type: grpo}\nbuffer: {batch_size: 4}\n")
     with pytest.raises(UserError, match=r"is a Trinity-RFT config \(top-level algorithm, buffer, name, project\)"):
         tune(workflow_func=run_react_agent, config_path=str(conf))
+
+
+def test_monitor_type_chooses_the_tracker(tmp_path, monkeypatch):
+    """agentscope.tuner's monitor_type: tensorboard, wandb, swanlab or mlflow (None = tensorboard)."""
+    from astuner.tuner.api import monitor_logger
+
+    assert monitor_logger(None) == {}
+    for name in ("tensorboard", "wandb", "swanlab", "mlflow"):
+        assert monitor_logger(name) == {"logger": ["console", name]}
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError, match="monitor_type 'neptune' is not supported"):
+        tune(workflow_func=run_react_agent, model=TunerModelConfig(model_path="m", max_model_len=64, max_tokens=8),
+             train_dataset=DatasetConfig(path="d"), monitor_type="neptune")

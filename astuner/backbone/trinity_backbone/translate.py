@@ -151,7 +151,7 @@ def translate_to_trinity(run: RunConfig, root: Path) -> dict[str, Any]:
             "max_checkpoints_to_keep": tc.max_checkpoints_to_keep or 0,
             "trainer_config": {"actor_rollout_ref": {"actor": {"ppo_epochs": tc.ppo_epochs}}},
         },
-        "monitor": {"monitor_type": "tensorboard", "cache_dir": str(root / "tensorboard")},
+        "monitor": trinity_monitor(list(tc.logger), root),
     }
     user_algorithm = (run.merged.get("trinity") or {}).get("algorithm") or {}
     if not {"algorithm_type", "advantage_fn"} & set(user_algorithm):  # another advantage fn may not take it
@@ -185,6 +185,27 @@ def translate_to_trinity(run: RunConfig, root: Path) -> dict[str, Any]:
     operators.append({"name": PADDING, "args": {"size": size}})
     translated["data_processor"]["experience_pipeline"]["operators"] = operators
     return translated
+
+
+def trinity_monitor(loggers: list[str], root: Path) -> dict[str, Any]:
+    """trainer_common.logger as Trinity's `monitor`: it logs to one tracker (monitor_type is one name), so more
+    than one is refused; its swanlab monitor logs in even offline, so it needs SWANLAB_API_KEY."""
+    import os
+
+    chosen = [name for name in loggers if name != "console"]
+    if len(chosen) > 1:
+        raise ConfigError(f"astuner.trainer_common.logger: Trinity-RFT logs to one tracker, got {', '.join(chosen)}; "
+                          f"keep one (metrics.jsonl is written either way)")
+    kind = chosen[0] if chosen else "tensorboard"
+    monitor: dict[str, Any] = {"monitor_type": kind, "cache_dir": str(root / "tensorboard")}
+    if kind == "swanlab" and not os.environ.get("SWANLAB_API_KEY"):
+        raise ConfigError("astuner.trainer_common.logger: Trinity-RFT's swanlab monitor logs in even offline and "
+                          "stops without SWANLAB_API_KEY; set it, or choose wandb, mlflow or tensorboard")
+    if kind == "mlflow":
+        from astuner.records.monitors import tracker_env
+
+        monitor["monitor_args"] = {"uri": tracker_env(["mlflow"], root)["MLFLOW_TRACKING_URI"]}
+    return monitor
 
 
 def step_experiences(run: RunConfig) -> int:

@@ -24,9 +24,12 @@ AGENT_LOOP_TARGET = "astuner.backbone.verl_backbone.agent_loop.AstunerAgentLoop"
 CPU_PLATFORM_MODULE = "astuner.backbone.verl_backbone.cpu_platform"
 
 
-def worker_env(root: Path, cpu: bool) -> dict[str, str]:
-    """Environment of every process verl starts on Ray (through `ray_kwargs.ray_init.runtime_env`)."""
-    env = {"TENSORBOARD_DIR": str(root / "tensorboard")}
+def worker_env(root: Path, cpu: bool, loggers: tuple[str, ...] = ()) -> dict[str, str]:
+    """Environment of every process verl starts on Ray (through `ray_kwargs.ray_init.runtime_env`): verl's
+    trackers read where to write (and wandb / swanlab their offline mode) from it."""
+    from astuner.records.monitors import tracker_env
+
+    env = {"TENSORBOARD_DIR": str(root / "tensorboard"), **tracker_env(list(loggers), root)}
     if cpu:
         # verl registers its FSDP engine for "cuda"/"npu" devices only; the engine is device-generic
         # (tensors go to get_device_name()), so it is picked by verl's own override
@@ -138,7 +141,7 @@ def translate_to_verl(run: RunConfig, root: Path, model_path: Optional[str] = No
             "save_freq": tc.save_freq,
             "test_freq": tc.test_freq if validation else -1,
             "val_before_train": tc.val_before_train and validation,
-            "logger": ["console", "tensorboard"],
+            "logger": list(tc.logger),  # verl's Tracking takes the same names
             "default_local_dir": str(root / "checkpoints"),
             # verl writes each step's episodes (text, score, our reward_extra_info) as <step>.jsonl here
             "rollout_data_dir": str(root / "trajectories"),
@@ -150,7 +153,7 @@ def translate_to_verl(run: RunConfig, root: Path, model_path: Optional[str] = No
             "use_v1": False,
         },
     }
-    translated["ray_kwargs"] = {"ray_init": {"runtime_env": {"env_vars": worker_env(root, cpu)}}}
+    translated["ray_kwargs"] = {"ray_init": {"runtime_env": {"env_vars": worker_env(root, cpu, tuple(tc.logger))}}}
     if cpu:
         translated = deep_merge(translated, cpu_overrides())
     if al.adv_estimator == "multi_step_grpo":
