@@ -43,6 +43,12 @@ def tracker_env(loggers: list[str], root: Path) -> dict[str, str]:
     return env
 
 
+def _settings(name: str, root: Path) -> dict[str, str]:
+    """The user's environment with tracker_env's defaults for `name`: the debug backbone's trackers decide
+    mode and folder exactly as verl's and Trinity's processes do."""
+    return {**os.environ, **tracker_env([name], root)}
+
+
 def check_installed(loggers: list[str]) -> None:
     """One clear error, before anything starts, for a tracker that is chosen but not installed."""
     import importlib.util
@@ -58,8 +64,9 @@ class WandbMonitor:
     def __init__(self, project: str, experiment: str, root: Path, config: dict[str, Any]):
         import wandb
 
-        mode = os.environ.get("WANDB_MODE") or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
-        self.run = wandb.init(project=project, name=experiment, dir=str(root), mode=mode, config=config,
+        env = _settings("wandb", root)
+        self.run = wandb.init(project=project, name=experiment, dir=env["WANDB_DIR"],
+                              mode=env.get("WANDB_MODE", "online"), config=config,
                               settings=wandb.Settings(console="off", x_disable_stats=True, disable_git=True))
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
@@ -76,11 +83,11 @@ class SwanlabMonitor:
     def __init__(self, project: str, experiment: str, root: Path, config: dict[str, Any]):
         import swanlab
 
-        mode = os.environ.get("SWANLAB_MODE") or ("cloud" if os.environ.get("SWANLAB_API_KEY") else "offline")
+        env = _settings("swanlab", root)
         settings = swanlab.Settings(probe=swanlab.Settings.Probe(monitor=False, hardware=False, requirements=False,
                                                                  git=False), interactive=False)
-        self.run = swanlab.init(project=project, experiment_name=experiment, mode=mode, config=config,
-                                log_dir=os.environ.get("SWANLAB_LOG_DIR") or str(root / "swanlog"), settings=settings)
+        self.run = swanlab.init(project=project, experiment_name=experiment, mode=env.get("SWANLAB_MODE", "cloud"),
+                                config=config, log_dir=env["SWANLAB_LOG_DIR"], settings=settings)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         self.run.log(metrics, step=step)
@@ -93,11 +100,11 @@ class MlflowMonitor:
     def __init__(self, project: str, experiment: str, root: Path, config: dict[str, Any]):
         import mlflow
 
-        uri = os.environ.get("MLFLOW_TRACKING_URI") or (root / "mlruns").absolute().as_uri()
-        if uri.startswith("file:") or "://" not in uri:
+        env = _settings("mlflow", root)
+        if "MLFLOW_ALLOW_FILE_STORE" in env:
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         self.mlflow = mlflow
-        mlflow.set_tracking_uri(uri)
+        mlflow.set_tracking_uri(env["MLFLOW_TRACKING_URI"])
         mlflow.set_experiment(project)
         self.run = mlflow.start_run(run_name=experiment)
 
