@@ -15,6 +15,7 @@ overrides: trailing Hydra-style overrides, e.g.  astuner.rollout.num_repeat=8  +
 examples:
   astuner --conf tutorial/example_math_agent/math_agent.yaml --dry-run
   astuner view launcher_record/math_agent          # browse a run's curves, episodes and tokens
+  astuner merge-lora launcher_record/my_run/checkpoints/global_step_100 --out my_model   # LoRA: base + adapter
   astuner --conf my_agent.yaml --backbone=debug astuner.data.train_batch_size=8
   astuner --conf my_agent.yaml --backbone=trinity --with-ray
   astuner --conf my_agent.yaml 'astuner.rollout.agentscope_workflow=my_pkg.agent->MyWorkflow'
@@ -142,6 +143,36 @@ def _view(argv: Sequence[str]) -> int:
     return EXIT_OK
 
 
+def build_merge_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="astuner merge-lora", description="Write a LoRA run's checkpoint as one model: base weights + adapter.")
+    parser.add_argument("checkpoint", metavar="CHECKPOINT",
+                        help="a checkpoint (launcher_record/<name>/checkpoints/global_step_N) or its model/ folder")
+    parser.add_argument("--out", required=True, metavar="DIR", help="a new folder for the merged model")
+    parser.add_argument("--base", metavar="PATH", help="the base model (default: the one the adapter names)")
+    return parser
+
+
+def _merge_lora(argv: Sequence[str]) -> int:
+    try:
+        args = build_merge_parser().parse_args(list(argv))
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    from astuner.errors import AstunerError
+    from astuner.trainer.lora import merge_checkpoint
+
+    folder = Path(args.checkpoint)
+    if (folder / "model").is_dir():
+        folder = folder / "model"
+    try:
+        out = merge_checkpoint(folder, Path(args.out), args.base)
+    except AstunerError as exc:
+        _error(str(exc))
+        return exc.exit_code
+    print(f"astuner: merged model written to {out}", file=sys.stderr)
+    return EXIT_OK
+
+
 def _second_interrupt_stops_at_once() -> object:
     """Ctrl-C once: KeyboardInterrupt, the run winds down. Twice: one line, exit 130 now."""
     import signal
@@ -164,6 +195,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["view"]:
         return _view(argv[1:])
+    if argv[:1] == ["merge-lora"]:
+        return _merge_lora(argv[1:])
     parser = build_parser()
     try:
         args = parser.parse_intermixed_args(argv)

@@ -16,7 +16,9 @@ _ACCEPTS: dict[type, bool] = {}
 
 def last_logits_kwargs(model: Any, count: int) -> dict[str, int]:
     """`{"logits_to_keep": count}` when `model.forward` takes it, else `{}`."""
-    kind = type(model)
+    # a peft model (or the LoRA reference) hands its keyword arguments to the model it wraps: ask that one
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    kind = type(inner)
     if kind not in _ACCEPTS:
-        _ACCEPTS[kind] = "logits_to_keep" in inspect.signature(model.forward).parameters
+        _ACCEPTS[kind] = "logits_to_keep" in inspect.signature(inner.forward).parameters
     return {"logits_to_keep": count} if _ACCEPTS[kind] and count > 0 else {}

@@ -12,35 +12,43 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = "tutorial/example_tiny_cpu/tiny_cpu.yaml"
 
 
-def run(seed: int, exp_dir: Path, dtype: str = "fp32") -> dict:
-    model, name = f"tiny_cpu_seed{seed}", f"tiny_cpu_seed{seed}_{dtype}"
+def run(seed: int, exp_dir: Path, dtype: str = "fp32", overrides: Sequence[str] = (), tag: str = "") -> dict:
+    """One run of the demo (with extra config `overrides`, named by `tag`); its rewards and wall time."""
+    model, name = f"tiny_cpu_seed{seed}", f"tiny_cpu_seed{seed}_{dtype}{tag}"
     args = [sys.executable, "-m", "astuner", "--conf", CONF, "--exp-dir", str(exp_dir),
             f"astuner.experiment_name={name}", f"astuner.model.path={exp_dir}/.models/{model}",
             f"astuner.trainer_common.dtype={dtype}",
             f"astuner.model.tiny.seed={seed}", f"astuner.rollout.seed={seed}",
-            f"astuner.trainer_common.seed={seed}", f"astuner.task_reader.task_selector.seed={seed}"]
+            f"astuner.trainer_common.seed={seed}", f"astuner.task_reader.task_selector.seed={seed}", *overrides]
     started = time.perf_counter()
-    proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
-    elapsed = time.perf_counter() - started
-    if proc.returncode != 0:
-        raise SystemExit(f"seed {seed} failed:\n{proc.stderr[-3000:]}")
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)  # this run's own peak memory
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        elapsed = time.perf_counter() - started
+        if proc.returncode != 0:
+            log.seek(0)
+            raise SystemExit(f"seed {seed} failed:\n{log.read()[-3000:]}")
     rows = [json.loads(line) for line in (exp_dir / name / "metrics.jsonl").read_text().splitlines()]
     rewards = [r["reward/mean"] for r in rows if r["step"] > 0]
     tenth = max(len(rewards) // 10, 1)
     vals = [r["val/reward_mean"] for r in rows if r.get("val/reward_mean") is not None]
     return {"seed": seed, "dtype": dtype, "steps": len(rewards), "first": statistics.fmean(rewards[:tenth]),
             "last": statistics.fmean(rewards[-tenth:]), "val_start": vals[0], "val_end": vals[-1],
-            "seconds": elapsed}
+            "seconds": elapsed, "rewards": rewards, "peak_rss_mb": usage.ru_maxrss / 1024}
 
 
 def main() -> None:

@@ -78,9 +78,19 @@ class TinyModelConfig:
 
 
 @dataclass
+class LoraConfig:
+    rank: int = 8
+    alpha: float = 16.0
+    # "all-linear" (every linear layer but the output head) or a list of module names (q_proj, v_proj, ...)
+    target_modules: Any = "all-linear"
+    dropout: float = 0.0
+
+
+@dataclass
 class ModelConfig:
     path: Optional[str] = None
     tiny: Optional[TinyModelConfig] = None
+    lora: Optional[LoraConfig] = None
 
 
 @dataclass

@@ -311,6 +311,16 @@ def _check_rules(cfg: AstunerConfig, b: _Builder) -> None:
                 "offline_easy2hard needs feature_keys: the columns to sort by (higher = easier)")
     for i, op in enumerate(cfg.data_processor.experience_pipeline.operators):
         one_of(f"astuner.data_processor.experience_pipeline.operators[{i}].name", op.name, OPERATORS)
+    if cfg.model.lora is not None:
+        lo = cfg.model.lora
+        positive("astuner.model.lora.rank", lo.rank)
+        positive("astuner.model.lora.alpha", lo.alpha)
+        if not 0.0 <= lo.dropout < 1.0:
+            b.error("astuner.model.lora.dropout", f"astuner.model.lora.dropout must be in [0, 1), got {lo.dropout}")
+        tm = lo.target_modules
+        if not (tm == "all-linear" or (isinstance(tm, list) and tm and all(isinstance(m, str) and m for m in tm))):
+            b.error("astuner.model.lora.target_modules", f"astuner.model.lora.target_modules must be 'all-linear' or a "
+                    f"list of module names such as [q_proj, v_proj], got {tm!r}")
     if cfg.model.tiny is not None:
         one_of("astuner.model.tiny.tokenizer", cfg.model.tiny.tokenizer, TINY_TOKENIZERS)
         positive("astuner.model.tiny.hidden_size", cfg.model.tiny.hidden_size)

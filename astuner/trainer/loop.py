@@ -42,7 +42,6 @@ class DebugTrainer:
     # -- setup -------------------------------------------------------------------------------------
     def _setup(self) -> None:
         import torch
-        from transformers import AutoModelForCausalLM
 
         from astuner.data.selector import build_selector
         from astuner.rollout.engines.factory import build_engine, load_tokenizer, pick_engine
@@ -66,30 +65,34 @@ class DebugTrainer:
         self.tokenizer = load_tokenizer(self.model_path)
         self._pieces = TokenPieces(self.tokenizer)
         self.checkpoint = latest_checkpoint(self.run_dir.checkpoints) if self.run_dir.resumed else None
-        weights = str(self.checkpoint / "model") if self.checkpoint else self.model_path
-        try:
-            self.model = AutoModelForCausalLM.from_pretrained(weights, dtype=torch.float32).to(device)
-        except Exception as exc:  # noqa: BLE001 - OSError, safetensors' and transformers' errors on a bad folder
-            first = (str(exc).strip().splitlines() or [""])[0][:150]
-            raise DataError(f"astuner.model.path: cannot load a model from {weights!r} ({type(exc).__name__}: {first})") \
-                from None
+        self.model = self._load_policy(self.checkpoint / "model" if self.checkpoint else None, device, trainable=True)
         self.model.eval()
         reference = None
         if tc.algorithm.use_kl_loss:  # frozen: held in the compute dtype (half the memory under bf16)
             warm = self.run_dir.checkpoints / "global_step_0" / "model"  # after the SFT warm start, if any
-            initial = str(warm) if warm.is_dir() else self.model_path
-            reference = (AutoModelForCausalLM.from_pretrained(initial, dtype=torch.float32).to(device)
-                         if self.checkpoint else copy.deepcopy(self.model))
-            reference.eval().requires_grad_(False)
-            if self.dtype == "bf16":
-                reference.to(torch.bfloat16)
+            if cfg.model.lora is not None and tc.sft.steps == 0:
+                from astuner.trainer.lora import AdapterDisabled
+
+                reference = AdapterDisabled(self.model)  # the base model itself: no second copy of the weights
+            else:
+                reference = (self._load_policy(warm if warm.is_dir() else None, device, trainable=False)
+                             if self.checkpoint else copy.deepcopy(self.model))
+                reference.eval().requires_grad_(False)
+                if self.dtype == "bf16":
+                    reference.to(torch.bfloat16)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
             else self.tokenizer.eos_token_id
         self.policy = PolicyTrainer(self.model, self.pad_id, tc, reference)
         self.engine = build_engine(cfg, self.tokenizer, model=self.model, model_path=self.model_path)
         self.shares_weights = getattr(self.engine, "model", None) is self.model
+        from astuner.trainer.lora import tied_head_adapted
+
+        if not self.shares_weights and tied_head_adapted(self.model):
+            raise ConfigError(f"astuner.model.lora.target_modules adapts the output head of {self.model_path}, whose "
+                              f"head is its input embedding (tied); the {pick_engine(cfg)} engine loads it tied, so "
+                              f"leave the head out of target_modules or use engine hf")
         if self.checkpoint is not None and not self.shares_weights:  # the engine loaded the initial weights
-            self._await(self.engine.update_weights(self.model.state_dict()))
+            self._await(self.engine.update_weights(self._engine_weights()))
         reader = build_task_reader(cfg, self.ctx.config.extra_roots)
         self.train_tasks = reader.train_tasks()
         self.val_tasks = reader.val_tasks()
@@ -127,6 +130,45 @@ class DebugTrainer:
                     f"engine {type(self.engine).__name__}, {len(self.train_tasks)} training / {len(self.val_tasks)} "
                     f"validation tasks, {self.total_steps} steps of {cfg.data.train_batch_size} tasks x "
                     f"{cfg.rollout.num_repeat} episodes")
+
+    def _load_policy(self, folder: Optional[Any], device: str, trainable: bool) -> Any:
+        """The policy from model.path, or from a checkpoint's model/ folder (a whole model, or with
+        model.lora the adapter over model.path's weights); with model.lora a fresh adapter when no folder."""
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        from astuner.trainer import lora
+
+        lora_cfg = self.cfg.model.lora
+        adapter = folder is not None and lora.is_adapter_folder(folder)
+        if folder is not None and adapter != (lora_cfg is not None):
+            held = "a LoRA adapter" if adapter else "a whole model"
+            raise ConfigError(f"{folder} holds {held} but astuner.model.lora is {'not ' if lora_cfg is None else ''}set; "
+                              f"resume with the config the run started with, or start a new experiment")
+        weights = self.model_path if folder is None or adapter else str(folder)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(weights, dtype=torch.float32).to(device)
+        except Exception as exc:  # noqa: BLE001 - OSError, safetensors' and transformers' errors on a bad folder
+            first = (str(exc).strip().splitlines() or [""])[0][:150]
+            raise DataError(f"astuner.model.path: cannot load a model from {weights!r} ({type(exc).__name__}: {first})") \
+                from None
+        if lora_cfg is None:
+            return model
+        model = lora.load_adapter(model, folder, trainable) if adapter else lora.add_adapter(model, lora_cfg, self.cfg.trainer_common.seed)
+        if trainable:
+            count, total = lora.trainable_counts(model)
+            logger.info(f"LoRA rank {lora_cfg.rank}, alpha {lora_cfg.alpha:g} on {lora_cfg.target_modules}: {count:,} "
+                        f"trainable of {total:,} parameters ({100 * count / total:.2f}%)")
+        return model
+
+    def _engine_weights(self) -> Any:
+        """What the engine loads after an update: nothing when it shares the policy module, else the policy's
+        weights as the base model names them (with LoRA, merged)."""
+        if self.shares_weights:
+            return None
+        from astuner.trainer.lora import merged_state_dict
+
+        return merged_state_dict(self.model)
 
     # -- the loop ----------------------------------------------------------------------------------
     def fit(self) -> None:
@@ -193,7 +235,7 @@ class DebugTrainer:
                            self.pad_id, self.cfg.trainer_common.max_token_len_per_micro_batch, self.dtype,
                            self.cfg.trainer_common.optim.grad_clip)
         t2 = time.perf_counter()
-        self._await(self.engine.update_weights(None if self.shares_weights else self.model.state_dict()))
+        self._await(self.engine.update_weights(self._engine_weights()))
         if self.policy.reference is not None:
             self.policy.reference.load_state_dict(self.model.state_dict())
         self.save(0)
@@ -235,7 +277,7 @@ class DebugTrainer:
         if samples:
             metrics.update(self.policy.update(samples, cfg.rollout.temperature))
         t2 = time.perf_counter()
-        self._await(self.engine.update_weights(None if self.shares_weights else self.model.state_dict()))
+        self._await(self.engine.update_weights(self._engine_weights()))
         t3 = time.perf_counter()
         lengths = [sum(s.loss_mask) for s in samples] or [0]
         trained_tokens = sum(lengths)

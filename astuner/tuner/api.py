@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,41 +89,100 @@ def build_config(*, workflow_func: Callable, judge_func: Optional[Callable], tra
                  eval_dataset: Optional[DatasetConfig], model: TunerModelConfig, algorithm: AlgorithmConfig,
                  project_name: str, experiment_name: str, monitor_type: Optional[str]) -> dict[str, Any]:
     """The astuner tree (as a YAML-ready mapping) the arguments describe."""
-    if algorithm.algorithm_type not in ("grpo", "multi_step_grpo"):
-        raise UserError(f"AlgorithmConfig.algorithm_type {algorithm.algorithm_type!r} is not supported; use "
-                        f"'multi_step_grpo' or 'grpo'")
-    if model.max_tokens >= model.max_model_len:
-        raise UserError(f"TunerModelConfig.max_tokens ({model.max_tokens}) must be smaller than max_model_len "
-                        f"({model.max_model_len}): the prompt needs room too")
+    from astuner.backbone.translate_common import deep_merge
+
+    tree: dict[str, Any] = {"project_name": project_name, "experiment_name": experiment_name}
+    for part in (dataset_keys(train_dataset, eval_dataset), model_keys(model),
+                 algorithm_keys(algorithm, eval_dataset is not None)):
+        tree = deep_merge(tree, part)
+    tree = deep_merge(tree, {
+        "rollout": {"agentscope_workflow": plugin_string(workflow_func)},
+        "task_judge": {"judge_protocol": plugin_string(judge_func) if judge_func else None},
+        "trainer_common": monitor_logger(monitor_type)})
+    return {"astuner": tree}
+
+
+def dataset_keys(train_dataset: DatasetConfig, eval_dataset: Optional[DatasetConfig]) -> dict[str, Any]:
+    """The astuner keys `train_dataset` (and `eval_dataset`: no validation without one) set."""
     hf: dict[str, Any] = {"dataset_path": train_dataset.path, "dataset_name": train_dataset.name,
                           "training_split": train_dataset.split,
                           "validation_split": eval_dataset.split if eval_dataset else None}
     if eval_dataset is not None and eval_dataset.path != train_dataset.path:
         hf["validation_dataset_path"] = eval_dataset.path
+    return {"task_reader": {"type": "huggingface_dat_repo", "huggingface_dat_repo": hf},
+            "trainer_common": {"total_epochs": train_dataset.total_epochs,
+                               "total_training_steps": train_dataset.total_steps}}
+
+
+def model_keys(model: TunerModelConfig) -> dict[str, Any]:
+    """The astuner keys `model` sets: `max_tokens` is both the per-call limit and the response budget; the
+    prompt gets the rest of `max_model_len`."""
+    if model.max_tokens >= model.max_model_len:
+        raise UserError(f"TunerModelConfig.max_tokens ({model.max_tokens}) must be smaller than max_model_len "
+                        f"({model.max_model_len}): the prompt needs room too")
     chat_kwargs = {} if model.enable_thinking is None else {"enable_thinking": model.enable_thinking}
-    return {"astuner": {
-        "project_name": project_name,
-        "experiment_name": experiment_name,
-        "task_reader": {"type": "huggingface_dat_repo", "huggingface_dat_repo": hf},
-        "data": {"train_batch_size": algorithm.batch_size, "max_prompt_length": model.max_model_len - model.max_tokens,
-                 "max_response_length": model.max_tokens},
+    return {
+        "data": {"max_prompt_length": model.max_model_len - model.max_tokens, "max_response_length": model.max_tokens},
         "model": {"path": model.model_path},
-        "rollout": {"agentscope_workflow": plugin_string(workflow_func), "temperature": model.temperature,
-                    "top_p": model.top_p, "num_repeat": algorithm.group_size,
+        "rollout": {"temperature": model.temperature, "top_p": model.top_p,
                     "max_response_length_in_one_turn": min(model.max_tokens, model.max_model_len - 1),
                     "max_model_len": model.max_model_len, "tensor_model_parallel_size": model.tensor_parallel_size,
                     "chat_template_kwargs": chat_kwargs, "tool_call_parser": model.tool_call_parser,
                     "reasoning_parser": model.reasoning_parser or "auto"},
-        "task_judge": {"judge_protocol": plugin_string(judge_func) if judge_func else None},
+        "trainer_common": {"trinity_only__n_vllm_engine": model.inference_engine_num},
+    }
+
+
+def algorithm_keys(algorithm: AlgorithmConfig, validates: bool) -> dict[str, Any]:
+    """The astuner keys `algorithm` sets (`eval_interval_steps` only where there is a validation set)."""
+    if algorithm.algorithm_type not in ("grpo", "multi_step_grpo"):
+        raise UserError(f"AlgorithmConfig.algorithm_type {algorithm.algorithm_type!r} is not supported; use "
+                        f"'multi_step_grpo' or 'grpo'")
+    return {
+        "data": {"train_batch_size": algorithm.batch_size},
+        "rollout": {"num_repeat": algorithm.group_size},
         "trainer_common": {"save_freq": algorithm.save_interval_steps,
-                           "test_freq": algorithm.eval_interval_steps if eval_dataset else -1,
-                           "total_epochs": train_dataset.total_epochs,
-                           "total_training_steps": train_dataset.total_steps,
-                           "trinity_only__n_vllm_engine": model.inference_engine_num,
+                           "test_freq": algorithm.eval_interval_steps if validates else -1,
                            "optim": {"lr": algorithm.learning_rate},
-                           "algorithm": {"adv_estimator": algorithm.algorithm_type},
-                           **monitor_logger(monitor_type)},
-    }}
+                           "algorithm": {"adv_estimator": algorithm.algorithm_type}},
+    }
+
+
+def file_overrides(*, workflow_func: Callable, judge_func: Optional[Callable], train_dataset: Optional[DatasetConfig],
+                   eval_dataset: Optional[DatasetConfig], model: Optional[TunerModelConfig],
+                   algorithm: Optional[AlgorithmConfig], project_name: str, experiment_name: str,
+                   monitor_type: Optional[str], base: dict[str, Any]) -> dict[str, Any]:
+    """What the arguments given change in the config file `base` (an astuner tree): each argument its own keys;
+    without `judge_func` the file's judge scores. `train_dataset` replaces the task reader; a validation set
+    the file reads from its dataset stays (unless `eval_dataset` replaces it)."""
+    from astuner.backbone.translate_common import deep_merge
+
+    tree: dict[str, Any] = {"project_name": project_name, "experiment_name": experiment_name,
+                            "rollout": {"agentscope_workflow": plugin_string(workflow_func)},
+                            "trainer_common": monitor_logger(monitor_type)}
+    if judge_func is not None:
+        tree["task_judge"] = {"judge_protocol": plugin_string(judge_func)}
+    old = ((base.get("astuner") or {}).get("task_reader") or {})
+    old_hf = old.get("huggingface_dat_repo") or {}
+    if train_dataset is not None:
+        part = dataset_keys(train_dataset, eval_dataset)
+        hf = part["task_reader"]["huggingface_dat_repo"]
+        if eval_dataset is None:
+            del hf["validation_split"]
+            if old.get("type", "huggingface_dat_repo") == "huggingface_dat_repo" and old_hf.get("dataset_path") \
+                    and not old_hf.get("validation_dataset_path") and old_hf.get("dataset_path") != train_dataset.path:
+                hf["validation_dataset_path"] = old_hf["dataset_path"]  # the file's validation set, where it was
+        tree = deep_merge(tree, part)
+    elif eval_dataset is not None:
+        train_path = old_hf.get("dataset_path")
+        tree = deep_merge(tree, {"task_reader": {"huggingface_dat_repo": {
+            "validation_split": eval_dataset.split,
+            "validation_dataset_path": None if eval_dataset.path == train_path else eval_dataset.path}}})
+    if model is not None:
+        tree = deep_merge(tree, model_keys(model))
+    if algorithm is not None:
+        tree = deep_merge(tree, algorithm_keys(algorithm, True))
+    return {"astuner": tree}
 
 
 def monitor_logger(monitor_type: Optional[str]) -> dict[str, Any]:
@@ -136,62 +196,87 @@ def monitor_logger(monitor_type: Optional[str]) -> dict[str, Any]:
     return {"logger": ["console", monitor_type]}
 
 
-TRINITY_TOP_LEVEL = {"project", "name", "checkpoint_root_dir", "algorithm", "model", "cluster", "buffer", "explorer",
-                     "synchronizer", "trainer", "monitor", "mode"}
-
-
 def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
          train_dataset: Optional[DatasetConfig] = None, eval_dataset: Optional[DatasetConfig] = None,
          model: Optional[TunerModelConfig] = None, auxiliary_models: Optional[dict[str, Any]] = None,
          algorithm: Optional[AlgorithmConfig] = None, project_name: Optional[str] = None,
          experiment_name: Optional[str] = None, monitor_type: Optional[str] = None,
-         config_path: Optional[str] = None, backbone: str = "debug", resume: bool = False) -> Path:
-    """Train `workflow_func`'s agent; returns the run folder. `config_path` loads an astuner YAML first;
-    the arguments given override it. `backbone` "verl" / "trinity" run on the Ray cluster named by
-    RAY_ADDRESS, else on a Ray head started for the run (as `astuner --with-ray`)."""
+         config_path: Optional[str] = None, backbone: str = "debug", resume: Optional[bool] = None) -> Path:
+    """Train `workflow_func`'s agent; returns the run folder.
+
+    `config_path` is an astuner YAML (an `astuner:` tree) or a Trinity-RFT config file, as agentscope.tuner
+    takes (top-level `project`, `name`, `algorithm`, `model`, `buffer`, ...): that one is translated key by key
+    (`astuner/tuner/trinity_config.py`); a key with no astuner meaning goes to Trinity-RFT with backbone
+    "trinity" and is refused (UserError naming it) with "debug" or "verl". Each argument given overrides the
+    file's keys of the same meaning. The run folder is `./checkpoints/{project}/{experiment}/` (a Trinity
+    config's `checkpoint_root_dir`, `project`, `group` and `name` place it as Trinity would). `resume`: continue
+    the run in that folder; None = the Trinity config's `continue_from_checkpoint`, else no. `backbone` "verl" /
+    "trinity" run on the Ray cluster named by RAY_ADDRESS, else on a Ray head started for the run (as
+    `astuner --with-ray`)."""
     import yaml
+    from loguru import logger
 
     from astuner.backbone import RunContext, load_backbone
+    from astuner.backbone.translate_common import deep_merge
     from astuner.config import Plugins, load_run_config
     from astuner.records import prepare_run_dir
-    from astuner.backbone.translate_common import deep_merge
+    from astuner.records.run_dir import holds_run
+    from astuner.tuner import trinity_config
 
     _check_function(workflow_func, "workflow_func", ("task", "model"))
     if judge_func is not None:
         _check_function(judge_func, "judge_func", ("task", "response"))
     if config_path is None and (train_dataset is None or model is None):
         raise UserError("tune() needs train_dataset and model (or a config_path that names them)")
-    project = project_name or "AgentScope"
-    name = experiment_name or time.strftime("Experiment-%Y%m%d-%H%M%S")
-    overrides = {}
-    if train_dataset is not None and model is not None:
+    base: dict[str, Any] = {}
+    translation = None
+    if config_path is not None:
+        base = yaml.safe_load(Path(config_path).read_text(encoding="utf-8")) or {}
+        if trinity_config.is_trinity_config(base):
+            given = {"train_dataset": train_dataset, "eval_dataset": eval_dataset, "model": model,
+                     "algorithm": algorithm, "project_name": project_name, "experiment_name": experiment_name,
+                     "monitor_type": monitor_type}
+            translation = trinity_config.translate(
+                trinity_config.load(config_path), backbone=backbone, source=str(config_path),
+                supplied={arg for arg, value in given.items() if value is not None})
+            base = translation.tree
+    named = (base.get("astuner") or {}) if translation else {}  # an astuner YAML's names stay tune()'s
+    project = project_name or named.get("project_name") or "AgentScope"
+    name = experiment_name or named.get("experiment_name") or time.strftime("Experiment-%Y%m%d-%H%M%S")
+    root_parent = trinity_config.run_parent(translation, project, Path.cwd())
+    if resume is None:
+        resume = bool(translation and translation.continue_from_checkpoint)
+        if translation and not resume and holds_run(root_parent / name):
+            name = f"{name}_{time.strftime('%Y%m%d%H%M%S')}"  # Trinity's continue_from_checkpoint: false
+    if config_path is None:
         overrides = build_config(workflow_func=workflow_func, judge_func=judge_func, train_dataset=train_dataset,
                                  eval_dataset=eval_dataset, model=model, algorithm=algorithm or AlgorithmConfig(),
                                  project_name=project, experiment_name=name, monitor_type=monitor_type)
     else:
-        overrides = {"astuner": {"project_name": project, "experiment_name": name,
-                                 "rollout": {"agentscope_workflow": plugin_string(workflow_func)},
-                                 "trainer_common": monitor_logger(monitor_type)}}
-        if judge_func is not None:  # else the config's judge, if it names one
-            overrides["astuner"]["task_judge"] = {"judge_protocol": plugin_string(judge_func)}
-    root_parent = Path.cwd() / "checkpoints" / project
+        overrides = file_overrides(workflow_func=workflow_func, judge_func=judge_func, train_dataset=train_dataset,
+                                   eval_dataset=eval_dataset, model=model, algorithm=algorithm, project_name=project,
+                                   experiment_name=name, monitor_type=monitor_type, base=base)
     root_parent.mkdir(parents=True, exist_ok=True)
-    base: dict[str, Any] = {}
-    if config_path is not None:
-        base = yaml.safe_load(Path(config_path).read_text(encoding="utf-8")) or {}
-        trinity_keys = sorted(set(base) & TRINITY_TOP_LEVEL) if isinstance(base, dict) else []
-        if trinity_keys and "astuner" not in base:  # refused, never half-read
-            raise UserError(f"{config_path} is a Trinity-RFT config (top-level {', '.join(trinity_keys)}); "
-                            f"tune(config_path=...) reads an astuner YAML (an 'astuner:' tree) — Trinity-RFT "
-                            f"configs are not translated yet")
     staged = root_parent / f".{name}.tune.yaml"
     staged.write_text(yaml.safe_dump(deep_merge(base, overrides), sort_keys=False), encoding="utf-8")
     try:
         run = load_run_config(staged)
+    except UserError as exc:
+        if translation is None:
+            raise
+        # the staged file is gone: name the Trinity keys the refused astuner keys came from, on one line
+        text = "; ".join(re.sub(rf"^{re.escape(str(staged))}:\d+: ", "", line) for line in str(exc).splitlines())
+        raise type(exc)(f"{text} (translated from the Trinity-RFT config {config_path}: "
+                        f"{trinity_config.source_hint(text)})") from None
     finally:
         staged.unlink(missing_ok=True)
     backbone_module = load_backbone(backbone)
     run_dir = prepare_run_dir(root_parent, run.experiment_name, run.merged, resume, layout="tune")
+    if translation is not None:
+        logger.info(f"tune: {config_path} is a Trinity-RFT config, translated into {run_dir.config_path}"
+                    + (f"; handed to Trinity-RFT: {', '.join(translation.passed)}" if translation.passed else "")
+                    + (f"; taken as the {backbone} backbone's own weight sync (it trains and rolls out in step): "
+                       f"{', '.join(translation.accepted)}" if translation.accepted else ""))
     judge = judge_func
     if judge is None and run.astuner.task_judge.judge_protocol:
         from astuner.config import resolve_plugins

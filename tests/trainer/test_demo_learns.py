@@ -21,3 +21,14 @@ def test_demo_learns_in_fp32_and_bf16(tmp_path):
     for result in (fp32, bf16):
         assert result["last"] - result["first"] >= 0.3 and result["val_end"] >= 0.9, result  # the README's bar
     assert abs(bf16["last"] - fp32["last"]) < 0.1, (fp32, bf16)
+
+
+def test_demo_learns_with_lora(tmp_path):
+    spec = importlib.util.spec_from_file_location("lora_vs_full", REPO_ROOT / "bench" / "lora_vs_full.py")
+    lora = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lora)
+    result = bench().run(1, tmp_path, "fp32", lora.LORA_OVERRIDES, tag="_lora")
+    assert lora.steps_to_bar(result["rewards"]) is not None, result["rewards"]  # the benchmark's bar
+    assert result["last"] - result["first"] >= 0.3 and result["val_end"] >= 0.8, result
+    model = tmp_path / "tiny_cpu_seed1_fp32_lora" / "checkpoints" / "global_step_300" / "model"
+    assert (model / "adapter_config.json").is_file() and not (model / "model.safetensors").exists()

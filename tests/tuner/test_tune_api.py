@@ -224,12 +224,16 @@ def test_agentscope_tuner_spelling_trains_too(dataset, tiny_model_dir, tmp_path,
     assert rows[0]["workflow/replied"] == 1.0 and rows[0]["judged"] == 1.0  # their metrics kept
 
 
-def test_a_trinity_config_path_is_refused_not_half_read(tmp_path, monkeypatch):
+def test_a_trinity_config_path_is_translated_and_what_it_lacks_named(tmp_path, monkeypatch):
+    """A Trinity-RFT config as config_path is translated (tests/tuner/test_trinity_config.py); what it lacks is
+    named, before anything is written."""
     monkeypatch.chdir(tmp_path)
     conf = tmp_path / "trinity.yaml"
     conf.write_text("project: p\nname: run1\nalgorithm: {algorithm_type: grpo}\nbuffer: {batch_size: 4}\n")
-    with pytest.raises(UserError, match=r"is a Trinity-RFT config \(top-level algorithm, buffer, name, project\)"):
+    with pytest.raises(UserError, match=r"trinity.yaml \(a Trinity-RFT config\): model.model_path: not set.*"
+                                        r"buffer.explorer_input.taskset.path: not set"):
         tune(workflow_func=run_react_agent, config_path=str(conf))
+    assert not (tmp_path / "checkpoints").exists()
 
 
 def test_monitor_type_chooses_the_tracker(tmp_path, monkeypatch):
