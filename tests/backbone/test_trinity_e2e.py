@@ -23,6 +23,7 @@ pytest.importorskip("vllm")
 
 from tests.conftest import REPO_ROOT  # noqa: E402
 from tests.helpers import scalars  # noqa: E402
+from tests.records.tracker_files import wandb_runs  # noqa: E402
 
 CONF = REPO_ROOT / "tutorial" / "example_tool_cpu" / "calc_agent.yaml"
 BROKEN = '''from astuner import Workflow
@@ -112,9 +113,12 @@ def test_trinity_trains_steps_whose_episodes_yield_0_1_or_2_samples(warm_model, 
                    f"astuner.rollout.agentscope_workflow='{REPO_ROOT / 'tests' / 'backbone' / 'uneven_agent.py'}"
                    f"->UnevenWorkflow'", "astuner.rollout.max_error_rate=1.0", "astuner.trainer_common.test_freq=-1",
                    "astuner.trainer_common.total_training_steps=3", "astuner.trainer_common.save_freq=3",
-                   "+trinity.buffer.trainer_input.experience_buffer.max_read_timeout=60")
+                   "+trinity.buffer.trainer_input.experience_buffer.max_read_timeout=60",
+                   # Trinity's wandb monitor, offline in the run folder (its scalars are read back below)
+                   "astuner.trainer_common.logger=[console,wandb]")
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     root = tmp_path / "runs" / "uneven"
+    assert not (root / "tensorboard" / "explorer").exists()  # the one tracker Trinity logs to is wandb
     produced = [exp for _, exp in experiences(root / "trajectories" / "explorer_output.db", table="pipeline_input")]
     per_episode: dict = {}
     for exp in produced:
@@ -136,11 +140,12 @@ def test_trinity_trains_steps_whose_episodes_yield_0_1_or_2_samples(warm_model, 
             if len(rewards) > 1 and len(set(rewards.values())) > 1:
                 kept[step] += len(exps)
 
-    explorer = scalars(root / "tensorboard" / "explorer")
+    runs = {name: {key: dict(points) for key, points in found.items()} for name, found in wandb_runs(root).items()}
+    assert set(runs) == {"uneven_explorer", "uneven_trainer"}, set(runs)  # Trinity's {name}_{role} runs
+    explorer, trainer = runs["uneven_explorer"], runs["uneven_trainer"]
     assert explorer["rollout/model_version"] == {1: 0, 2: 1, 3: 2}  # each step on the previous update
     padding = explorer["experience_pipeline/padding"]  # 4 tasks × 2 episodes × max_sample_per_task 2
     assert padding == {step: 16 - n for step, n in kept.items()}
-    trainer = scalars(root / "tensorboard" / "trainer")
     assert set(trainer["actor/grad_norm"]) == {1, 2, 3}
     assert (root / "checkpoints" / "tool_cpu" / "uneven" / "global_step_3" / "actor").is_dir()
 

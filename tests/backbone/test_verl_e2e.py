@@ -17,6 +17,7 @@ pytest.importorskip("vllm")
 
 from tests.conftest import REPO_ROOT  # noqa: E402
 from tests.helpers import scalars  # noqa: E402
+from tests.records.tracker_files import wandb_scalars  # noqa: E402
 
 CONF = REPO_ROOT / "tutorial" / "example_tool_cpu" / "calc_agent.yaml"
 
@@ -29,8 +30,10 @@ def verl_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("verl_e2e")
     report = warm_start(tmp / "model")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    # verl's Tracking logs to tensorboard and to wandb, offline in the run folder (read back below)
     proc = subprocess.run([sys.executable, "-m", "astuner", "--conf", str(CONF), "--backbone", "verl", "--with-ray",
-                           "--exp-dir", str(tmp / "runs"), f"astuner.model.path={tmp / 'model'}"],
+                           "--exp-dir", str(tmp / "runs"), f"astuner.model.path={tmp / 'model'}",
+                           "astuner.trainer_common.logger=[console,tensorboard,wandb]"],
                           cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1200)
     return report, proc, tmp / "runs" / CONF.stem
 
@@ -49,6 +52,10 @@ def test_verl_trains_the_tool_using_agent_on_the_cpu(verl_run):
     assert all(v < 1e-5 for v in tb["training/rollout_probs_diff_mean"].values())
     assert "val-core/astuner/reward/mean@1" in tb and tb["actor/pg_loss"]
     assert (root / "checkpoints" / "global_step_2" / "actor").is_dir()
+    # the same scalars in verl's wandb run (offline, under the run folder's wandb/)
+    found = {key: dict(points) for key, points in wandb_scalars(root).items()}
+    for key in ("critic/score/mean", "actor/pg_loss", "training/rollout_probs_diff_mean"):
+        assert found[key].keys() == tb[key].keys() and all(abs(found[key][s] - tb[key][s]) < 1e-6 for s in tb[key]), key
 
     rows = [json.loads(line) for line in (root / "trajectories" / "1.jsonl").read_text().splitlines()]
     assert len(rows) == 4 * 2  # train_batch_size × num_repeat

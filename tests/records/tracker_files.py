@@ -46,17 +46,27 @@ def log_records(path: Path, magic: bytes):
 
 def wandb_scalars(folder: Path, wait_s: float = 20.0) -> dict[str, list[tuple[int, float]]]:
     """{metric: [(step, value)]} of the one offline wandb run under `folder` (waits for its exit record)."""
+    return _wandb_run(next(Path(folder).glob("wandb/offline-run-*/run-*.wandb")), wait_s)[1]
+
+
+def wandb_runs(folder: Path, wait_s: float = 20.0) -> dict[str, dict[str, list[tuple[int, float]]]]:
+    """{run name: {metric: [(step, value)]}} of every offline wandb run under `folder`."""
+    return dict(_wandb_run(path, wait_s) for path in sorted(Path(folder).glob("wandb/offline-run-*/run-*.wandb")))
+
+
+def _wandb_run(path: Path, wait_s: float) -> tuple[str, dict[str, list[tuple[int, float]]]]:
     from wandb.proto import wandb_internal_pb2
 
-    path = next(Path(folder).glob("wandb/offline-run-*/run-*.wandb"))
     deadline = time.monotonic() + wait_s
     while True:
-        out, exited = defaultdict(list), False
+        out, exited, name = defaultdict(list), False, ""
         for payload in log_records(path, b":W&B"):
             record = wandb_internal_pb2.Record()
             record.ParseFromString(payload)
             kind = record.WhichOneof("record_type")
             exited = exited or kind == "exit"
+            if kind == "run":
+                name = record.run.display_name or name
             if kind != "history":
                 continue
             for item in record.history.item:
@@ -65,7 +75,7 @@ def wandb_scalars(folder: Path, wait_s: float = 20.0) -> dict[str, list[tuple[in
                 if not key.startswith("_") and isinstance(value, (int, float)) and not isinstance(value, bool):
                     out[key].append((int(record.history.step.num), float(value)))
         if exited or time.monotonic() > deadline:
-            return dict(out)
+            return name, dict(out)
         time.sleep(0.05)
 
 

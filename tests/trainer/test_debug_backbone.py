@@ -20,14 +20,6 @@ from tests.conftest import REPO_ROOT, run_cli
 TINY = REPO_ROOT / "tutorial" / "example_tiny_cpu" / "tiny_cpu.yaml"
 
 
-@pytest.fixture
-def project(tmp_path, monkeypatch):
-    """A copy of the tiny CPU tutorial in a temp folder (the model gets created there)."""
-    shutil.copytree(REPO_ROOT / "tutorial" / "example_tiny_cpu", tmp_path / "tutorial" / "example_tiny_cpu")
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
 def tiny_args(steps, *extra):
     return ["--conf", "tutorial/example_tiny_cpu/tiny_cpu.yaml", f"astuner.trainer_common.total_training_steps={steps}",
             "astuner.data.train_batch_size=4", "astuner.rollout.num_repeat=4", *extra]

@@ -6,23 +6,15 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from tests.conftest import REPO_ROOT, run_cli
+from tests.conftest import run_cli
 
 LORA = "astuner.model.lora={rank: 4, alpha: 8}"
-
-
-@pytest.fixture
-def project(tmp_path, monkeypatch):
-    shutil.copytree(REPO_ROOT / "tutorial" / "example_tiny_cpu", tmp_path / "tutorial" / "example_tiny_cpu")
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 def tiny_args(steps, *extra):

@@ -347,13 +347,8 @@ monitor:
 
 
 @pytest.fixture
-def dataset(tmp_path, gsm8k_dir):
-    folder = tmp_path / "gsm8k"
-    folder.mkdir()
-    for split in ("train", "test"):
-        lines = (gsm8k_dir / f"{split}.jsonl").read_text().splitlines()[:4]
-        (folder / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
-    return folder
+def dataset(gsm8k_subset):
+    return gsm8k_subset
 
 
 def test_a_trinity_tutorial_config_trains_on_debug(dataset, tiny_model_dir, tmp_path, monkeypatch):

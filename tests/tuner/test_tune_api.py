@@ -36,13 +36,8 @@ async def judge_function(task: dict, response, auxiliary_models=None) -> JudgeOu
 
 
 @pytest.fixture
-def dataset(tmp_path, gsm8k_dir):
-    folder = tmp_path / "my_dataset"
-    folder.mkdir()
-    for split in ("train", "test"):
-        lines = (gsm8k_dir / f"{split}.jsonl").read_text().splitlines()[:8]
-        (folder / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
-    return folder
+def dataset(gsm8k_subset):
+    return gsm8k_subset
 
 
 def test_preview_prints_and_returns_rows(dataset, capsys):
