@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tests.conftest import run_cli
+from tests.conftest import REPO_ROOT, run_cli
 
 LORA = "astuner.model.lora={rank: 4, alpha: 8}"
 
@@ -152,3 +152,29 @@ def test_an_adapted_head_of_a_tied_model_merges_untied(project, capsys):
     ids = torch.tensor([[1, 5, 9, 12, 3]])
     with torch.no_grad():
         assert torch.allclose(adapted(input_ids=ids).logits, merged(input_ids=ids).logits, atol=1e-5)
+
+
+def test_after_a_warm_start_the_kl_reference_is_the_warm_started_adapter(tmp_path, monkeypatch, capsys):
+    """SFT trains the adapter; the KL reference is then a frozen copy of that policy (not the base), also when
+    a resumed run loads it back from global_step_0: 1 + 1 steps with a resume equal 2 straight."""
+    monkeypatch.chdir(REPO_ROOT)
+    tc = "astuner.trainer_common"
+    argv = ["--conf", "tutorial/example_agent_cpu/sensor_agent.yaml", "--exp-dir", str(tmp_path),
+            f"astuner.model.path={tmp_path / 'model'}", "astuner.model.lora={rank: 8, alpha: 16}",
+            f"{tc}.sft.steps=5", f"{tc}.sft.lr=1e-2", f"{tc}.algorithm.use_kl_loss=true", f"{tc}.test_freq=-1",
+            "astuner.data.train_batch_size=2", "astuner.rollout.num_repeat=2",
+            f"{tc}.algorithm.drop_zero_variance_groups=false", f"{tc}.algorithm.entropy_coeff=0.01",
+            f"{tc}.optim.lr=1e-3", f"{tc}.optim.warmup_steps=0", f"{tc}.mini_batch_num=1"]
+    kl = {}
+    for name, runs in (("straight", [2]), ("split", [1, 2])):
+        for i, steps in enumerate(runs):
+            extra = ["--resume"] if i else []
+            code, _, err = run_cli([*argv, f"astuner.experiment_name={name}", f"{tc}.total_training_steps={steps}",
+                                    *extra], capsys)
+            assert code == 0, err
+        kl[name] = {r["step"]: r["actor/kl"] for r in rows(tmp_path / name) if "actor/kl" in r}
+    root = tmp_path / "split"
+    assert (root / "checkpoints" / "global_step_0" / "model" / "adapter_config.json").is_file()
+    assert any(float(t.abs().max()) > 0 for k, t in adapter(root, 0).items() if "lora_B" in k)  # SFT moved B
+    assert abs(kl["straight"][1]) < 1e-6  # step 1 starts from the reference itself: the warm-started policy
+    assert kl["straight"][2] > 0 and kl["split"] == kl["straight"]  # the resumed run's reference is the same
