@@ -85,12 +85,12 @@ class DebugTrainer:
         self.policy = PolicyTrainer(self.model, self.pad_id, tc, reference)
         self.engine = build_engine(cfg, self.tokenizer, model=self.model, model_path=self.model_path)
         self.shares_weights = getattr(self.engine, "model", None) is self.model
-        from astuner.trainer.lora import tied_head_adapted
+        from astuner.trainer.lora import tied_embedding_adapted
 
-        if not self.shares_weights and tied_head_adapted(self.model):
-            raise ConfigError(f"astuner.model.lora.target_modules adapts the output head of {self.model_path}, whose "
-                              f"head is its input embedding (tied); the {pick_engine(cfg)} engine loads it tied, so "
-                              f"leave the head out of target_modules or use engine hf")
+        if not self.shares_weights and tied_embedding_adapted(self.model):
+            raise ConfigError(f"astuner.model.lora.target_modules adapts the output head or input embedding of "
+                              f"{self.model_path}, whose two are one matrix (tied); the {pick_engine(cfg)} engine loads "
+                              f"them tied, so leave both out of target_modules or use engine hf")
         if self.checkpoint is not None and not self.shares_weights:  # the engine loaded the initial weights
             self._await(self.engine.update_weights(self._engine_weights()))
         reader = build_task_reader(cfg, self.ctx.config.extra_roots)
@@ -154,7 +154,11 @@ class DebugTrainer:
                 from None
         if lora_cfg is None:
             return model
-        model = lora.load_adapter(model, folder, trainable) if adapter else lora.add_adapter(model, lora_cfg, self.cfg.trainer_common.seed)
+        if adapter:
+            lora.check_same_adapter(folder, lora_cfg)
+            model = lora.load_adapter(model, folder, trainable)
+        else:
+            model = lora.add_adapter(model, lora_cfg, self.cfg.trainer_common.seed)
         if trainable:
             count, total = lora.trainable_counts(model)
             logger.info(f"LoRA rank {lora_cfg.rank}, alpha {lora_cfg.alpha:g} on {lora_cfg.target_modules}: {count:,} "

@@ -39,12 +39,30 @@ def add_adapter(model: Any, lora: Any, seed: int = 0) -> Any:
 
     try:
         with warnings.catch_warnings(), torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)  # an adapted output head of a tied model: handled (tied_head_adapted)
+            torch.manual_seed(seed)
+            # peft warns of an adapted head or embedding of a tied model: handled (tied_embedding_adapted, merge)
             warnings.filterwarnings("ignore", message=".*tie_word_embeddings.*")
             return get_peft_model(model, peft_config(lora))
-    except ValueError as exc:  # peft: target modules not found in the model
-        first = (str(exc).strip().splitlines() or [""])[0][:200]
-        raise DataError(f"astuner.model.lora.target_modules {lora.target_modules!r}: {first}") from None
+    except ValueError as exc:  # peft: target modules not found in the model, or of a kind it cannot adapt
+        text = " ".join(str(exc).split())
+        text = text if len(text) <= 300 else text[:297] + "..."
+        raise DataError(f"astuner.model.lora.target_modules {lora.target_modules!r}: {text}") from None
+
+
+def check_same_adapter(folder: Path, lora: Any) -> None:
+    """A resumed run's adapter was made with the settings the config asks for (else the run would go on with
+    the checkpoint's and report the config's)."""
+    import json
+
+    saved = json.loads((folder / ADAPTER_CONFIG).read_text(encoding="utf-8"))
+    pairs = [("rank", lora.rank, saved.get("r")), ("alpha", float(lora.alpha), float(saved.get("lora_alpha", 0))),
+             ("dropout", float(lora.dropout), float(saved.get("lora_dropout", 0.0)))]
+    if isinstance(lora.target_modules, list):
+        pairs.append(("target_modules", sorted(lora.target_modules), sorted(saved.get("target_modules") or [])))
+    for key, asked, held in pairs:
+        if asked != held:
+            raise DataError(f"astuner.model.lora.{key} is {asked} but the checkpoint {folder.parent.name}'s adapter "
+                            f"has {held}; resume with the settings the run started with, or start a new experiment")
 
 
 def load_adapter(model: Any, folder: Path, trainable: bool = True) -> Any:
@@ -74,18 +92,22 @@ class AdapterDisabled:
 
 
 def _lora_modules(model: Any) -> dict[str, Any]:
-    """The wrapped linear layers, keyed by their name in the base model."""
+    """The adapted layers (linear and embedding), keyed by their name in the base model."""
     base = model.get_base_model()
     return {name: module for name, module in base.named_modules()
             if hasattr(module, "base_layer") and hasattr(module, "get_delta_weight")}
 
 
-def tied_head_adapted(model: Any) -> bool:
-    """Whether the adapter is on the output head of a model whose head is its input embedding (tied): the
-    adapted head then differs from the embedding, which a model loaded as tied cannot hold."""
+def tied_embedding_adapted(model: Any) -> bool:
+    """Whether the adapter is on the output head or the input embedding of a model whose two are one matrix
+    (tied): adapted, they differ, which a model loaded as tied cannot hold."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    head = base.get_output_embeddings()
-    return bool(getattr(base.config, "tie_word_embeddings", False)) and hasattr(head, "base_layer")
+    adapted = [hasattr(m, "base_layer") for m in (base.get_output_embeddings(), base.get_input_embeddings())]
+    return bool(getattr(base.config, "tie_word_embeddings", False)) and any(adapted)
+
+
+def _adapts(layer: Any, adapter: str) -> bool:
+    return adapter in getattr(layer, "lora_A", {}) or adapter in getattr(layer, "lora_embedding_A", {})
 
 
 def merged_state_dict(model: Any) -> dict[str, Any]:
@@ -105,7 +127,7 @@ def merged_state_dict(model: Any) -> dict[str, Any]:
             name = key.replace(".base_layer.", ".")
             module_name, _, leaf = name.rpartition(".")
             layer = layers.get(module_name)
-            if layer is not None and leaf == "weight" and adapter in layer.lora_A:
+            if layer is not None and leaf == "weight" and _adapts(layer, adapter):
                 tensor = tensor + layer.get_delta_weight(adapter).to(tensor.dtype)
             out[name] = tensor
     return out
@@ -117,43 +139,61 @@ def trainable_counts(model: Any) -> tuple[int, int]:
     return trainable, sum(p.numel() for p in model.parameters())
 
 
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
 def merge_checkpoint(adapter_folder: Path, out: Path, base: Optional[str] = None) -> Path:
     """Base model + the adapter in `adapter_folder`, merged and saved (with the tokenizer) into `out`; the base
-    is `base` or the adapter config's base_model_name_or_path."""
+    is `base` or the adapter config's base_model_name_or_path. `out` appears whole or not at all."""
     import json
+    import os
+    import shutil
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     config_path = adapter_folder / ADAPTER_CONFIG
+    if not adapter_folder.exists():
+        raise DataError(f"{adapter_folder} does not exist; name a checkpoint, e.g. launcher_record/<experiment>/"
+                        f"checkpoints/global_step_N")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise DataError(f"{out} already exists; name a new folder for the merged model")
+    if not out.parent.is_dir():
+        raise DataError(f"{out.parent} is not a folder; name an output folder inside an existing one")
     if not config_path.is_file():
         raise DataError(f"{adapter_folder} holds no LoRA adapter ({ADAPTER_CONFIG} missing); a checkpoint of a run "
                         f"with astuner.model.lora has one in global_step_N/model")
+    hint = "check --base" if base else "pass --base"
     base = base or json.loads(config_path.read_text(encoding="utf-8")).get("base_model_name_or_path")
     if not base:
         raise DataError(f"{config_path} names no base model; pass --base")
     try:
         model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     except Exception as exc:  # noqa: BLE001 - OSError, safetensors' and transformers' errors on a bad folder
-        first = (str(exc).strip().splitlines() or [""])[0][:150]
-        raise DataError(f"cannot load the base model {base!r} ({type(exc).__name__}: {first}); pass --base") from None
-    import os
-    import shutil
-
+        raise DataError(f"cannot load the base model {base!r} ({type(exc).__name__}: {_one_line(exc)}); {hint}") \
+            from None
     tied = bool(getattr(model.config, "tie_word_embeddings", False))
     if tied:  # the head gets a weight of its own, so merging into it leaves the input embedding as it was
         model.config.tie_word_embeddings = False
         model.get_output_embeddings().weight = torch.nn.Parameter(model.get_input_embeddings().weight.detach().clone())
-    merged = load_adapter(model, adapter_folder, trainable=False).merge_and_unload()
+    try:
+        merged = load_adapter(model, adapter_folder, trainable=False).merge_and_unload()
+    except (RuntimeError, ValueError, KeyError) as exc:  # shapes or modules of another base model
+        raise DataError(f"the adapter in {adapter_folder} does not fit the base model {base!r} "
+                        f"({type(exc).__name__}: {_one_line(exc)}); {hint}") from None
     if tied and torch.equal(merged.get_output_embeddings().weight, merged.get_input_embeddings().weight):
-        merged.config.tie_word_embeddings = True  # the head was not adapted: the model stays tied
+        merged.config.tie_word_embeddings = True  # neither was adapted: the model stays tied
         merged.tie_weights()
     partial = out.with_name(out.name + ".partial")  # written whole, then renamed: never a half-written model
     shutil.rmtree(partial, ignore_errors=True)
-    merged.save_pretrained(partial)
-    tokenizer_source = adapter_folder if (adapter_folder / "tokenizer_config.json").is_file() else base
-    AutoTokenizer.from_pretrained(str(tokenizer_source)).save_pretrained(partial)
-    os.replace(partial, out)
+    try:
+        merged.save_pretrained(partial)
+        tokenizer_source = adapter_folder if (adapter_folder / "tokenizer_config.json").is_file() else base
+        AutoTokenizer.from_pretrained(str(tokenizer_source)).save_pretrained(partial)
+        os.replace(partial, out)
+    except OSError as exc:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise DataError(f"cannot write the merged model to {out} ({type(exc).__name__}: {_one_line(exc)})") from None
     return out

@@ -57,6 +57,33 @@ def test_merged_state_dict_is_peft_merge_under_the_base_names(tiny_model_dir):
     assert not any(getattr(m, "merged", False) for m in model.modules())  # the policy itself is left unmerged
 
 
+def test_merged_state_dict_carries_an_adapted_embedding(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    from astuner.trainer.lora import add_adapter, merged_state_dict, tied_embedding_adapted
+
+    def adapted(targets, untie=False):
+        base = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
+        if untie:  # so that peft's own merge (the expectation) does not write the embedding into the head
+            base.config.tie_word_embeddings = False
+            base.lm_head.weight = torch.nn.Parameter(base.get_input_embeddings().weight.detach().clone())
+        model = add_adapter(base, SimpleNamespace(rank=4, alpha=8.0, target_modules=targets, dropout=0.0))
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "lora_B" in name or "lora_embedding_A" in name:  # the zero-initialised halves (peft)
+                    p.normal_(0, 0.1)
+        return model
+
+    model = adapted(["q_proj", "embed_tokens"], untie=True)
+    merged, expected = merged_state_dict(model), copy.deepcopy(model).merge_and_unload().state_dict()
+    key = "model.embed_tokens.weight"
+    assert set(merged) == set(expected) and torch.allclose(merged[key], expected[key], atol=1e-6)
+    assert not torch.allclose(merged[key], model.get_base_model().get_input_embeddings().base_layer.weight)
+    # an engine that loads the model tied cannot hold an adapted head or embedding of a tied model
+    assert [tied_embedding_adapted(adapted(t)) for t in (["q_proj"], ["lm_head"], ["embed_tokens"])] == \
+        [False, True, True]
+
+
 def test_lora_trains_the_adapter_only_resumes_exactly_and_merges(project, capsys):
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
@@ -81,9 +108,12 @@ def test_lora_trains_the_adapter_only_resumes_exactly_and_merges(project, capsys
     resumed = adapter(project / "launcher_record" / "split", 4)
     assert resumed.keys() == weights.keys() and all(torch.equal(resumed[k], weights[k]) for k in weights)
 
-    # the same run folder without model.lora: refused, not half-loaded
+    # the same run folder without model.lora, or with other LoRA settings: refused, not half-loaded
     code, _, err = run_cli(tiny_args(5, "astuner.experiment_name=split") + ["--resume"], capsys)
     assert code == 2 and "holds a LoRA adapter but astuner.model.lora is not set" in err
+    code, _, err = run_cli(tiny_args(5, "astuner.model.lora={rank: 8, alpha: 8}", "astuner.experiment_name=split")
+                           + ["--resume"], capsys)
+    assert code == 2 and "astuner.model.lora.rank is 8 but the checkpoint global_step_4's adapter has 4" in err
 
     # merged on export: one model whose logits are the adapted policy's
     out = project / "merged"
@@ -105,6 +135,18 @@ def test_lora_trains_the_adapter_only_resumes_exactly_and_merges(project, capsys
     assert code == 2 and "already exists" in err
     code, _, err = run_cli(["merge-lora", str(base_dir), "--out", str(project / "other")], capsys)
     assert code == 2 and "holds no LoRA adapter" in err and not (project / "other").exists()
+    checkpoint = str(root / "checkpoints" / "global_step_4")
+    code, _, err = run_cli(["merge-lora", str(project / "missing"), "--out", str(project / "other")], capsys)
+    assert code == 2 and "missing does not exist" in err
+    code, _, err = run_cli(["merge-lora", checkpoint, "--out", str(project / "no" / "such" / "folder")], capsys)
+    assert code == 2 and "is not a folder" in err
+    from astuner.tiny_model import build_tiny_model
+
+    other = build_tiny_model(project / "other_base", seed=0, hidden_size=32, heads=2)
+    code, _, err = run_cli(["merge-lora", checkpoint, "--out", str(project / "other"), "--base", str(other)], capsys)
+    error = [line for line in err.splitlines() if line.startswith("astuner: error")]
+    assert code == 2 and len(error) == 1 and "does not fit the base model" in error[0] and "check --base" in error[0]
+    assert not (project / "other").exists() and not (project / "other.partial").exists()
 
 
 def test_kl_reference_of_a_lora_policy_is_the_base_model(project, capsys):
@@ -126,9 +168,11 @@ def test_lora_config_mistakes_are_one_line_exit_2(project, capsys, override, mes
     assert code == 2 and message in err, err
 
 
-def test_target_modules_the_model_lacks(project, capsys):
+def test_target_modules_the_model_lacks_or_peft_cannot_adapt(project, capsys):
     code, _, err = run_cli(tiny_args(1, "astuner.model.lora={target_modules: [qkv_proj]}"), capsys)
     assert code == 2 and "astuner.model.lora.target_modules ['qkv_proj']" in err, err
+    code, _, err = run_cli(tiny_args(1, "astuner.model.lora={target_modules: [q_proj, mlp]}"), capsys)
+    assert code == 2 and "Qwen2MLP" in err and "is not supported" in err, err  # peft's whole reason, one line
 
 
 def test_an_adapted_head_of_a_tied_model_merges_untied(project, capsys):
