@@ -196,6 +196,53 @@ def monitor_logger(monitor_type: Optional[str]) -> dict[str, Any]:
     return {"logger": ["console", monitor_type]}
 
 
+def _load_composed(tree: dict[str, Any], name: str, config_path: Optional[str], translation: Any,
+                   root_parent: Path) -> Any:
+    """The RunConfig of the astuner tree tune() composed, read as `astuner --conf` reads a file (staged in a
+    temporary folder: nothing is written beside the run before its checks pass). Relative paths resolve from the
+    cwd, then from the config file's folder and the run folder's parent (and their parents)."""
+    import tempfile
+
+    import yaml
+
+    from astuner.config import load_run_config
+
+    with tempfile.TemporaryDirectory(prefix="astuner-tune-") as folder:
+        staged = Path(folder) / f"{name}.tune.yaml"
+        staged.write_text(yaml.safe_dump(tree, sort_keys=False), encoding="utf-8")
+        try:
+            run = load_run_config(staged)
+        except UserError as exc:
+            # the staged file is gone: say what the config came from (and, for a Trinity config, which of its
+            # keys the refused astuner keys came from), on one line
+            text = "; ".join(re.sub(rf"^{re.escape(str(staged))}(:\d+)?: ", "", line)
+                             for line in str(exc).splitlines())
+            if translation is None:
+                raise type(exc)(f"{text} (in the config tune() composed from "
+                                f"{config_path or 'its arguments'})") from None
+            raise _from_trinity(type(exc), text, config_path) from None
+    roots = [Path(config_path).absolute().parent] if config_path else []
+    roots.append(root_parent.absolute())
+    run.extra_roots = list(dict.fromkeys(p for root in roots for p in (root, *root.parents)))
+    return run
+
+
+def _from_trinity(kind: type, text: str, config_path: Optional[str]) -> UserError:
+    """`text`, naming astuner keys, with the keys of the Trinity-RFT config they were translated from."""
+    from astuner.tuner import trinity_config
+
+    return kind(f"{text} (translated from the Trinity-RFT config {config_path}: {trinity_config.source_hint(text)})")
+
+
+def _without_empty_trinity(merged: dict[str, Any]) -> dict[str, Any]:
+    """The config as written into the run folder: a `trinity:` subtree holding only empty mappings (the
+    defaults' `trinity: {trainer: {}}`) is left out."""
+    def empty(node: Any) -> bool:
+        return isinstance(node, dict) and all(empty(v) for v in node.values())
+
+    return {k: v for k, v in merged.items() if not (k == "trinity" and empty(v))}
+
+
 def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
          train_dataset: Optional[DatasetConfig] = None, eval_dataset: Optional[DatasetConfig] = None,
          model: Optional[TunerModelConfig] = None, auxiliary_models: Optional[dict[str, Any]] = None,
@@ -212,15 +259,17 @@ def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
     config's `checkpoint_root_dir`, `project`, `group` and `name` place it as Trinity would). `resume`: continue
     the run in that folder; None = the Trinity config's `continue_from_checkpoint`, else no. `backbone` "verl" /
     "trinity" run on the Ray cluster named by RAY_ADDRESS, else on a Ray head started for the run (as
-    `astuner --with-ray`)."""
+    `astuner --with-ray`). Before anything is written, the checks `astuner --conf` runs (the run folder, the
+    trackers, every task row, the model folder) pass, or UserError says what to fix and nothing is left behind."""
     import yaml
     from loguru import logger
 
     from astuner.backbone import RunContext, load_backbone
     from astuner.backbone.translate_common import deep_merge
-    from astuner.config import Plugins, load_run_config
+    from astuner.config import Plugins
+    from astuner.preflight import preflight
     from astuner.records import prepare_run_dir
-    from astuner.records.run_dir import holds_run
+    from astuner.records.run_dir import check_run_dir, holds_run
     from astuner.tuner import trinity_config
 
     _check_function(workflow_func, "workflow_func", ("task", "model"))
@@ -257,27 +306,25 @@ def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
         overrides = file_overrides(workflow_func=workflow_func, judge_func=judge_func, train_dataset=train_dataset,
                                    eval_dataset=eval_dataset, model=model, algorithm=algorithm, project_name=project,
                                    experiment_name=name, monitor_type=monitor_type, base=base)
-    root_parent.mkdir(parents=True, exist_ok=True)
-    staged = root_parent / f".{name}.tune.yaml"
-    staged.write_text(yaml.safe_dump(deep_merge(base, overrides), sort_keys=False), encoding="utf-8")
+    run = _load_composed(deep_merge(base, overrides), name, config_path, translation, root_parent)
+    backbone_module = load_backbone(backbone)
+    # the CLI's checks, in its order, before anything is written: a tune() that fails them leaves no run folder
+    check_run_dir(root_parent, run.experiment_name, resume)
     try:
-        run = load_run_config(staged)
+        preflight(run, root_parent, offline=False)
     except UserError as exc:
         if translation is None:
             raise
-        # the staged file is gone: name the Trinity keys the refused astuner keys came from, on one line
-        text = "; ".join(re.sub(rf"^{re.escape(str(staged))}:\d+: ", "", line) for line in str(exc).splitlines())
-        raise type(exc)(f"{text} (translated from the Trinity-RFT config {config_path}: "
-                        f"{trinity_config.source_hint(text)})") from None
-    finally:
-        staged.unlink(missing_ok=True)
-    backbone_module = load_backbone(backbone)
-    run_dir = prepare_run_dir(root_parent, run.experiment_name, run.merged, resume, layout="tune")
+        raise _from_trinity(type(exc), str(exc), config_path) from None
+    run_dir = prepare_run_dir(root_parent, run.experiment_name, _without_empty_trinity(run.merged), resume,
+                              layout="tune")
     if translation is not None:
+        unread = "; ".join(f"{key} is not read ({why})" for key, why in translation.ignored.items())
         logger.info(f"tune: {config_path} is a Trinity-RFT config, translated into {run_dir.config_path}"
                     + (f"; handed to Trinity-RFT: {', '.join(translation.passed)}" if translation.passed else "")
                     + (f"; taken as the {backbone} backbone's own weight sync (it trains and rolls out in step): "
-                       f"{', '.join(translation.accepted)}" if translation.accepted else ""))
+                       f"{', '.join(translation.accepted)}" if translation.accepted else "")
+                    + (f"; {unread}" if unread else ""))
     judge = judge_func
     if judge is None and run.astuner.task_judge.judge_protocol:
         from astuner.config import resolve_plugins

@@ -13,6 +13,10 @@ key (the inverse of `astuner/backbone/trinity_backbone/translate.py`):
   over astuner's translation; with "debug" or "verl" it is refused (UserError, naming the key), except the
   weight-sync settings (`synchronizer.sync_method`, `sync_style`, `sync_timeout`): those backbones train and
   roll out in step, as `sync_interval: 1` asks, so they are taken and logged;
+- a taskset's `format.response_key` (the answer column of Trinity's reward functions) is taken and logged:
+  workflow_func and judge_func receive the whole task row, as agentscope.tuner's adapter hands it to them;
+- a value the translation computes with is type-checked first (`trinity_values.py`): a wrong one is refused
+  naming its key and the type it must have;
 - a key astuner cannot honour on any backbone (another stage, a Trinity workflow or reward type, a second
   taskset, Ray's address, auxiliary models, keys Trinity derives itself) is refused on every backbone;
 - `project`, `group`, `name`, `checkpoint_root_dir` place the run folder
@@ -116,6 +120,9 @@ KEYS = {
     "buffer.explorer_input.eval_tasksets[0].rollout_args.temperature": "rollout.val_kwargs.temperature",
     "buffer.explorer_input.eval_tasksets[0].rollout_args.top_p": "rollout.val_kwargs.top_p",
 }
+# astuner keys computed from several Trinity keys (their product)
+PRODUCTS = {"rollout.max_env_worker": ("explorer.runner_per_model", "explorer.rollout_model.engine_num",
+                                       "algorithm.repeat_times")}
 # refused on every backbone, with the reason
 EVERYWHERE = {
     "stages": "astuner runs one stage per tune() call; run one call per stage",
@@ -140,6 +147,7 @@ class Translation:
     continue_from_checkpoint: bool = True
     accepted: list[str] = field(default_factory=list)  # keys taken as the backbone's way of doing what they ask
     passed: list[str] = field(default_factory=list)  # keys handed to Trinity-RFT in the trinity: subtree
+    ignored: dict[str, str] = field(default_factory=dict)  # keys tune()'s functions leave unread -> why
 
 
 def is_trinity_config(tree: Any) -> bool:
@@ -171,7 +179,8 @@ def translate(conf: dict[str, Any], *, backbone: str, source: str, supplied: fro
     tune() arguments given, whose keys are dropped from the file; `arguments` (dotted Trinity key -> value) are
     the values they give to keys that others depend on (repeat_times for the concurrency, ...). UserError lists
     every key refused."""
-    from astuner.tuner.trinity_translator import Translator, drop, set_path
+    from astuner.tuner.trinity_translator import Translator, drop
+    from astuner.tuner.trinity_values import set_path
 
     conf = drop(copy.deepcopy(conf), [p for arg in supplied for p in REPLACED_BY.get(arg, ())])
     for dotted, value in (arguments or {}).items():
@@ -196,6 +205,9 @@ def source_hint(message: str) -> str:
         key = "astuner." + astuner_key.split(" ")[0].split("/")[0]
         if key in message:
             found.setdefault(key, []).append(trinity_key)
+    for astuner_key, parts in PRODUCTS.items():
+        if "astuner." + astuner_key in found:
+            found["astuner." + astuner_key] = [" × ".join(parts)]
     if not found:
         return "see the README's table of Trinity-RFT keys"
     return "; ".join(f"{key} comes from {' or '.join(keys)}" for key, keys in found.items())

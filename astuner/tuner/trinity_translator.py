@@ -9,8 +9,10 @@ from typing import Any
 from astuner.config.schema import OPERATORS, MultiTurnConfig
 from astuner.errors import UserError
 from astuner.tuner import trinity_schema as schema
-from astuner.tuner.trinity_config import (ALGORITHMS, ALIASES, EVERYWHERE, KL_TYPES, MONITORS, SYNC_KEYS, TASKSET_ONLY,
-                                          WORKFLOW_ADAPTER, Translation)
+from astuner.tuner import trinity_values as values
+from astuner.tuner.trinity_config import ALGORITHMS, ALIASES, EVERYWHERE, KL_TYPES, MONITORS, SYNC_KEYS, Translation
+from astuner.tuner.trinity_tasksets import Tasksets
+from astuner.tuner.trinity_values import set_path, short
 
 # astuner's rollout.multi_turn.max_sample_per_task, which a Trinity config cannot set
 MAX_SAMPLES_PER_EPISODE = MultiTurnConfig().max_sample_per_task
@@ -27,13 +29,6 @@ def drop(conf: dict[str, Any], paths: list[str]) -> dict[str, Any]:
     return conf
 
 
-def set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
-    *parents, last = dotted.split(".")
-    for part in parents:
-        tree = tree.setdefault(part, {})
-    tree[last] = value
-
-
 def _same(path: str, value: Any, default: Any) -> bool:
     alias = ALIASES.get(path, {})
     if isinstance(value, str) and alias:
@@ -41,9 +36,10 @@ def _same(path: str, value: Any, default: Any) -> bool:
     return value == default
 
 
-class Translator:
+class Translator(Tasksets):
     """One translation: the file's keys flattened to dotted paths (`leaves`), each either translated (`used`),
-    refused (`problems`, `unknown`), or left for `_rest` (Trinity's default, the trinity: subtree, or refused)."""
+    refused (`problems`, `unknown`), or left for `_rest` (Trinity's default, the trinity: subtree, or refused).
+    A value of the wrong type is refused up front (`bad`) and the translation goes on as if it were absent."""
 
     def __init__(self, conf: dict[str, Any], backbone: str, source: str, supplied: set[str]) -> None:
         self.backbone, self.source, self.supplied = backbone, source, supplied
@@ -54,12 +50,21 @@ class Translator:
         self.problems: list[str] = []  # refused on every backbone
         self.force: set[str] = set()  # keys with no astuner meaning even at Trinity's default
         self.accepted: list[str] = []
+        self.ignored: dict[str, str] = {}  # keys tune()'s functions make unread -> why
+        self.bad: set[str] = set()  # keys whose value had the wrong type
+        self.unknown_sections: set[str] = set()  # unknown keys holding a mapping: a misspelt section, likely
         self.tasksets: list[str] = []  # the tasksets' dotted names, for suggestions
         self.a: dict[str, Any] = {}
         self.sections = {p.rsplit(".", i)[0] for p in self.defaults for i in range(1, p.count(".") + 1)}
         buffer = conf.get("buffer")
         self.explorer_input = (buffer.get("explorer_input") or {}) if isinstance(buffer, dict) else {}
         self._flatten(conf, "")
+        for path, spec in values.CONFIG.items():
+            why = values.problem(self.leaves[path], spec) if path in self.leaves else None
+            if why:
+                self.refuse(path, why)
+                self.bad.add(path)
+                del self.leaves[path]
 
     # -- reading --------------------------------------------------------------------------------------
     def _flatten(self, node: dict[str, Any], prefix: str) -> None:
@@ -74,9 +79,11 @@ class Translator:
             elif path in self.sections and isinstance(value, dict):
                 self._flatten(value, path + ".")
             elif path in self.sections and value is not None:
-                self.refuse(path, f"must be a mapping, got {_short(value)}")
+                self.refuse(path, f"must be a mapping, got {short(value)}")
             elif path not in self.sections:
                 self.unknown.append(path)
+                if isinstance(value, dict):
+                    self.unknown_sections.add(path)
 
     def default(self, path: str) -> Any:
         if path in self.defaults:
@@ -118,11 +125,15 @@ class Translator:
                 self.refuse(path, why)
         trinity = self._rest(out)
         if self.unknown or self.problems:
+            sections = sorted(self.sections) + list(schema.FN_ARGS) + ["buffer.explorer_input"]
             known = list(self.defaults) + [f"{name}.{key}" for name in self.tasksets for key in schema.TASKSET] + [
-                "buffer.explorer_input." + key for key in schema.EXPLORER_INPUT]
-            wrong = [f"{p}: not a Trinity-RFT 0.6 config key{_close(p, known)}" for p in self.unknown]
+                "buffer.explorer_input." + key for key in schema.EXPLORER_INPUT] + sections
+            near = {p: (_close(p, sections) if p in self.unknown_sections else "") or _close(p, known)
+                    for p in self.unknown}
+            wrong = [f"{p}: not a Trinity-RFT 0.6 config key{near[p]}" for p in self.unknown]
             raise UserError(f"{self.source} (a Trinity-RFT config): " + "; ".join(wrong + self.problems))
         out.tree = {"astuner": self.a, **({"trinity": trinity} if trinity else {})}
+        out.ignored = dict(self.ignored)
         return out
 
     def _cluster(self) -> None:
@@ -148,7 +159,7 @@ class Translator:
         self.used.add("algorithm.algorithm_type")
         if kind in ALGORITHMS:
             self.put("trainer_common.algorithm.adv_estimator", kind)
-        elif kind is None and "algorithm" not in self.supplied:
+        elif kind is None and "algorithm" not in self.supplied and "algorithm.algorithm_type" not in self.bad:
             self.refuse("algorithm.algorithm_type", "not set (Trinity's default is ppo, which trains a critic); set "
                                                     "multi_step_grpo or grpo, or pass tune(algorithm=...)")
         elif kind is not None:  # no astuner meaning (ppo, Trinity's default, included): Trinity's, or refused
@@ -205,7 +216,7 @@ class Translator:
         self.used.update(p for p, values in own.items() if self.leaves.get(p) in values)
 
     def _model(self) -> None:
-        g, given = self.get, self.given
+        g = self.get
         if "model" in self.supplied:  # the file's rollout_model is replaced; what the argument gives is read
             self.used.update(p for p in self.leaves if p.startswith("explorer.rollout_model."))
             return
@@ -213,29 +224,7 @@ class Translator:
         if not path:
             self.refuse("model.model_path", "not set; set it to a hub id or a local model folder")
         self.put("model.path", path)
-        total, prompt, response = g("model.max_model_len"), g("model.max_prompt_tokens"), g("model.max_response_tokens")
-        if total is None:  # Trinity's own derivation of the three lengths (ModelConfigValidator._check_model_len)
-            if prompt is None or response is None:
-                self.refuse("model.max_model_len", "not set, and max_prompt_tokens + max_response_tokens cannot "
-                                                   "stand in for it; set it")
-                return
-            total = prompt + response
-        if prompt is None and response is None:
-            prompt = total // 2
-            response = total - prompt
-        elif prompt is None:
-            response = min(response, total - 1)
-            prompt = total - response
-        elif response is None:
-            prompt = min(prompt, total - 1)
-            response = total - prompt
-        elif prompt + response > total:
-            self.refuse("model.max_response_tokens", f"max_prompt_tokens + max_response_tokens ({prompt} + {response}) "
-                                                     f"exceed max_model_len ({total})")
-        self.put("rollout.max_model_len", total)
-        self.put("data.max_prompt_length", prompt)
-        self.put("data.max_response_length", response)
-        self.put("rollout.max_response_length_in_one_turn", min(response, total - 1))
+        self._lengths()
         self.put("rollout.temperature", g("model.temperature"))
         self.put("rollout.top_p", g("model.top_p"))
         thinking = [self.leaves[p] for p in ("model.enable_thinking", "explorer.rollout_model.enable_thinking")
@@ -257,6 +246,40 @@ class Translator:
         if "max_num_seqs" in extra:
             self.put("rollout.max_num_seqs", extra.pop("max_num_seqs"))
             self.leaves[m + "extra_engine_args"] = extra
+
+    def _lengths(self) -> None:
+        """max_model_len, max_prompt_tokens, max_response_tokens as Trinity derives them
+        (ModelConfigValidator._check_model_len), except that a prompt or response limit leaving the other no
+        room (Trinity cuts it to max_model_len - 1, leaving one token) is refused."""
+        keys = ("model.max_model_len", "model.max_prompt_tokens", "model.max_response_tokens")
+        total, prompt, response = (self.get(k) for k in keys)
+        if self.bad.intersection(keys):
+            return  # refused already
+        if total is None:
+            if prompt is None or response is None:
+                self.refuse("model.max_model_len", "not set, and max_prompt_tokens + max_response_tokens cannot "
+                                                   "stand in for it; set it")
+                return
+            total = prompt + response
+        for key, own, other in ((keys[2], response, "prompt"), (keys[1], prompt, "response")):
+            if own is not None and own >= total:
+                self.refuse(key, f"{own} leaves the {other} no room in model.max_model_len ({total}); set it below "
+                                 f"max_model_len")
+                return
+        if prompt is None and response is None:
+            prompt = total // 2
+            response = total - prompt
+        elif prompt is None:
+            prompt = total - response
+        elif response is None:
+            response = total - prompt
+        elif prompt + response > total:
+            self.refuse("model.max_response_tokens", f"max_prompt_tokens + max_response_tokens ({prompt} + {response}) "
+                                                     f"exceed max_model_len ({total})")
+        self.put("rollout.max_model_len", total)
+        self.put("data.max_prompt_length", prompt)
+        self.put("data.max_response_length", response)
+        self.put("rollout.max_response_length_in_one_turn", min(response, total - 1))
 
     def _lora(self) -> None:
         """model.lora_configs (one adapter, trained from scratch) as astuner's model.lora."""
@@ -313,15 +336,17 @@ class Translator:
             self.put("trainer_common.max_token_len_per_micro_batch", g("trainer.max_token_len_per_gpu"))
         self.put("trainer_common.max_checkpoints_to_keep", g("trainer.max_checkpoints_to_keep") or None)
         verl = copy.deepcopy(self.leaves.get("trainer.trainer_config") or {})
-        actor = (verl.get("actor_rollout_ref") or {}).get("actor") or {}
+        ref = verl.get("actor_rollout_ref")
+        actor = ref.get("actor") if isinstance(ref, dict) else None
         if isinstance(actor, dict) and "ppo_epochs" in actor:
             self.put("trainer_common.ppo_epochs", actor.pop("ppo_epochs"))
             self.leaves["trainer.trainer_config"] = _pruned(verl)
-        if "monitor_type" not in self.supplied and g("monitor.monitor_type") in MONITORS:
-            self.put("trainer_common.logger", ["console", g("monitor.monitor_type")])
-        elif "monitor_type" not in self.supplied:
-            self.used.discard("monitor.monitor_type")
-            self.force.add("monitor.monitor_type")
+        monitor = g("monitor.monitor_type")
+        if "monitor_type" not in self.supplied and monitor in MONITORS:
+            self.put("trainer_common.logger", ["console", monitor])
+        elif "monitor_type" not in self.supplied:  # Trinity's monitors are these too
+            self.refuse("monitor.monitor_type", f"{monitor!r} is not one of {', '.join(MONITORS)}"
+                                                f"{_close(monitor, list(MONITORS), cutoff=0.6)}")
         ops = self.leaves.get("data_processor.experience_pipeline.operators")
         if ops and all(isinstance(op, dict) and op.get("name") in OPERATORS for op in ops):
             self.put("data_processor.experience_pipeline.operators", g("data_processor.experience_pipeline.operators"))
@@ -330,120 +355,6 @@ class Translator:
                 if self.given(path) and not _same(path, self.leaves[path], "fully_async"):
                     self.used.add(path)
                     self.accepted.append(path)
-
-    def _tasksets(self) -> None:
-        ei, base = self.explorer_input, "buffer.explorer_input."
-        if not isinstance(ei, dict):
-            self.refuse(base.rstrip("."), "must be a mapping (taskset, eval_tasksets, ...)")
-            ei = {}
-        for key in sorted(set(ei) - set(schema.EXPLORER_INPUT)):
-            self.unknown.append(base + key)
-        for key in ("default_workflow_type", "default_eval_workflow_type"):
-            self._workflow_type(base + key, ei.get(key))
-        if ei.get("default_reward_fn_type"):
-            self.refuse(base + "default_reward_fn_type", "the reward comes from judge_func or the workflow's output")
-        train, name = ei.get("taskset"), base + "taskset"
-        if ei.get("tasksets"):
-            if train or not isinstance(ei["tasksets"], list) or len(ei["tasksets"]) > 1:
-                self.refuse(base + "tasksets", "astuner trains on one taskset; merge them into one dataset")
-            train, name = ei["tasksets"][0], base + "tasksets[0]"
-        t = self._taskset(train or {}, name)
-        hf: dict[str, Any] = {}
-        if "train_dataset" not in self.supplied:
-            if not t.get("path") and (train is None or isinstance(train, dict)):
-                self.refuse(name + ".path", "not set; set it to a dataset folder, file or hub id")
-            hf = {"dataset_path": t.get("path"), "dataset_name": t.get("subset_name"),
-                  "training_split": t.get("split", "train")}
-        sel = t.get("task_selector") or t.get("data_selector") or {}
-        self.put("task_reader", {"type": "huggingface_dat_repo", "huggingface_dat_repo": hf,
-                                 "task_selector": {"selector_type": sel.get("selector_type", "sequential"),
-                                                   "seed": sel.get("seed", 42),
-                                                   "feature_keys": list(sel.get("feature_keys") or []),
-                                                   "kwargs": dict(sel.get("kwargs") or {})}})
-        prompt_key = (t.get("format") or {}).get("prompt_key")
-        if prompt_key is not None:
-            self.put("task_reader.query_field", prompt_key)
-        args = t.get("rollout_args") or {}
-        for key in ("temperature", "top_p"):
-            if args.get(key) is not None:
-                self.put(f"rollout.{key}", args[key])
-        if args.get("max_tokens") is not None and "rollout" in self.a and "max_model_len" in self.a["rollout"]:
-            self.put("rollout.max_response_length_in_one_turn",
-                     min(args["max_tokens"], self.a["rollout"]["max_model_len"] - 1))
-        repeat = t.get("repeat_times")
-        if repeat is not None and repeat != self.get("algorithm.repeat_times") and "algorithm" not in self.supplied:
-            self.refuse(name + ".repeat_times", f"{repeat}: Trinity trains with algorithm.repeat_times "
-                                                f"({self.get('algorithm.repeat_times')}) instead; set that")
-        evals = [] if "eval_dataset" in self.supplied else ei.get("eval_tasksets") or []
-        if not isinstance(evals, list) or len(evals) > 1:
-            self.refuse(base + "eval_tasksets", "astuner validates on one taskset: a list of one")
-            return
-        if not evals:
-            if "eval_dataset" not in self.supplied:
-                hf["validation_split"] = None
-                self.put("trainer_common.test_freq", -1)
-                self.put("trainer_common.val_before_train", False)
-            return
-        name = base + "eval_tasksets[0]"
-        e = self._taskset(evals[0], name)
-        if not e.get("path") and isinstance(evals[0], dict):
-            self.refuse(name + ".path", "not set; set it to a dataset folder, file or hub id")
-        # what astuner keeps once for training and validation must agree
-        if "train_dataset" not in self.supplied and _flat_get(e, "subset_name") != _flat_get(t, "subset_name"):
-            self.refuse(name + ".subset_name", "astuner reads validation with the training set's subset_name")
-        if _flat_get(e, "format.prompt_key") != _flat_get(t, "format.prompt_key"):
-            self.refuse(name + ".format.prompt_key", "astuner reads one query field for training and validation")
-        per_call = (e.get("rollout_args") or {}).get("max_tokens")
-        rollout = self.a.get("rollout", {})
-        if per_call is not None and min(per_call, rollout.get("max_model_len", per_call + 1) - 1) != \
-                rollout.get("max_response_length_in_one_turn"):
-            self.refuse(name + ".rollout_args.max_tokens", "astuner has one per-call limit, the training taskset's")
-        for sel in ("task_selector", "data_selector"):
-            if any(_flat_get(e, f"{sel}.{k}") != schema.TASKSET[f"{sel}.{k}"] for k in ("selector_type", "seed")):
-                self.refuse(f"{name}.{sel}", "astuner validates on every task, in order")
-        hf["validation_split"] = e.get("split", "train")
-        if e.get("path") != hf.get("dataset_path"):
-            hf["validation_dataset_path"] = e.get("path")
-        eargs = e.get("rollout_args") or {}
-        self.put("rollout.val_kwargs", {
-            # Trinity's eval tasksets sample as the model section says unless their rollout_args do
-            "temperature": eargs.get("temperature", self.get("model.temperature")),
-            "top_p": eargs.get("top_p", self.get("model.top_p")),
-            "num_repeat": e.get("repeat_times", 1)})
-
-    def _taskset(self, ts: Any, name: str) -> dict[str, Any]:
-        """A taskset's keys astuner reads; any other key set away from Trinity's default is refused."""
-        flat: dict[str, Any] = {}
-        self.tasksets.append(name)
-        if not isinstance(ts, dict):
-            self.refuse(name, "must be a mapping (Trinity's TasksetConfig: path, split, ...)")
-            return {}
-        sections = {"rollout_args", "task_selector", "data_selector", "format"}
-        for key, value in ts.items():
-            if key in sections and isinstance(value, dict):
-                flat.update({f"{key}.{sub}": v for sub, v in value.items()})
-            elif key not in sections or value is not None:
-                flat[key] = value
-        read = {"path", "split", "subset_name", "name", "repeat_times", "enable_progress_bar",
-                "rollout_args.temperature", "rollout_args.top_p", "rollout_args.max_tokens", "format.prompt_key",
-                "default_workflow_type"}
-        read |= {f"{s}.{k}" for s in ("task_selector", "data_selector") for k in ("selector_type", "seed",
-                                                                                    "feature_keys", "kwargs")}
-        for key, value in flat.items():
-            if key not in schema.TASKSET:
-                self.unknown.append(f"{name}.{key}")
-            elif key not in read and value != schema.TASKSET[key]:
-                self.refuse(f"{name}.{key}", f"{value!r}: {TASKSET_ONLY}")
-        self._workflow_type(name + ".default_workflow_type", flat.get("default_workflow_type"))
-        out: dict[str, Any] = {}
-        for key, value in flat.items():
-            if key in read:
-                set_path(out, key, value)
-        return out
-
-    def _workflow_type(self, path: str, value: Any) -> None:
-        if value and not str(value).startswith(WORKFLOW_ADAPTER):
-            self.refuse(path, f"{value!r}: tune() trains workflow_func; a Trinity-RFT workflow type cannot run here")
 
     def _rest(self, out: Translation) -> dict[str, Any]:
         """Keys not translated: at Trinity's default they change nothing; else to Trinity, or refused."""
@@ -456,7 +367,7 @@ class Translator:
                 set_path(trinity, path, value)
                 out.passed.append(path)
             else:
-                foreign.append(f"{path}={_short(value)}")
+                foreign.append(f"{path}={short(value)}")
         out.accepted = self.accepted
         if foreign:
             self.problems.append(f"{', '.join(foreign)}: Trinity-RFT settings with no astuner meaning, which the "
@@ -483,18 +394,6 @@ def _pruned(tree: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _flat_get(taskset: dict[str, Any], dotted: str) -> Any:
-    node: Any = taskset
-    for part in dotted.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    return schema.TASKSET[dotted] if node is None else node
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _close(path: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(path, list(known), n=1, cutoff=0.8)
+def _close(path: str, known: list[str], cutoff: float = 0.8) -> str:
+    close = difflib.get_close_matches(path, list(known), n=1, cutoff=cutoff)
     return f" (did you mean '{close[0]}'?)" if close else ""

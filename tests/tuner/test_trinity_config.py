@@ -172,8 +172,8 @@ def test_a_key_without_astuner_meaning_is_refused_on_debug_and_verl_naming_it(ba
     ({"explorer": {"auxiliary_models": [{"model_path": "judge"}]}}, "tune(auxiliary_models="),
     ({"buffer": {"explorer_input": {"default_workflow_type": "math_workflow"}}},
      "buffer.explorer_input.default_workflow_type: 'math_workflow': tune() trains workflow_func"),
-    ({"buffer": {"explorer_input": {"taskset": {"format": {"response_key": "answer"}}}}},
-     "buffer.explorer_input.taskset.format.response_key: 'answer': astuner reads tasks with its own reader"),
+    ({"buffer": {"explorer_input": {"taskset": {"format": {"system_prompt": "Be brief."}}}}},
+     "buffer.explorer_input.taskset.format.system_prompt: 'Be brief.': astuner reads tasks with its own reader"),
     ({"buffer": {"explorer_input": {"taskset": {"repeat_times": 2}}}},
      "buffer.explorer_input.taskset.repeat_times: 2: Trinity trains with algorithm.repeat_times (4)"),
     ({"buffer": {"explorer_input": {"eval_tasksets": [{"path": "a"}, {"path": "b"}]}}}, "validates on one taskset"),
@@ -314,6 +314,8 @@ buffer:
       name: gsm8k
       path: DATASET
       split: train
+      format:
+        response_key: answer
       rollout_args:
         temperature: 1.0
     eval_tasksets:
@@ -371,6 +373,8 @@ def test_a_trinity_tutorial_config_trains_on_debug(dataset, tiny_model_dir, tmp_
     assert saved["task_reader"]["huggingface_dat_repo"]["validation_split"] == "test"
     log = (root / "astuner.log").read_text()
     assert "is a Trinity-RFT config" in log and "synchronizer.sync_style" in log
+    assert "buffer.explorer_input.taskset.format.response_key" in log and "judge_func" in log
+    assert "trinity" not in yaml.safe_load((root / "config.yaml").read_text())  # no empty trinity: subtree
 
 
 def test_the_tutorial_config_on_trinity_becomes_a_trinity_config_again(tmp_path, monkeypatch):
@@ -416,20 +420,29 @@ def test_a_value_astuner_refuses_names_the_trinity_key_it_came_from(tmp_path, mo
     assert "comes from algorithm.loss_agg_mode" in message and "\n" not in message
 
 
-def test_continue_from_checkpoint_false_starts_a_new_run_beside_the_old(tmp_path, monkeypatch):
+def test_continue_from_checkpoint_false_starts_a_new_run_beside_the_old(dataset, tiny_model_dir, tmp_path,
+                                                                       monkeypatch):
     """As Trinity: an existing run folder is continued (continue_from_checkpoint, its default), or with false a
     new one named with a timestamp is started; tune(algorithm=...) replaces the file's algorithm keys."""
+    import types
+
+    import astuner.backbone
+
     monkeypatch.chdir(tmp_path)
+    ran = []
+    monkeypatch.setattr(astuner.backbone, "load_backbone", lambda name: types.SimpleNamespace(run=ran.append))
     old = tmp_path / "checkpoints" / "p" / "run1"
     old.mkdir(parents=True)
     (old / "config.yaml").write_text("astuner: {}\n")
     conf = deep_merge(MINIMAL, {"project": "p", "name": "run1", "continue_from_checkpoint": False,
                                 "algorithm": {"algorithm_type": "dapo"},
-                                "model": {"model_path": str(tmp_path / "none")}})
+                                "model": {"model_path": str(tiny_model_dir)},
+                                "buffer": {"explorer_input": {"taskset": {"path": str(dataset),
+                                                                          "subset_name": None}}}})
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(conf))
-    with pytest.raises(UserError, match="no model folder"):  # the run stops once its folder is there
-        tune(workflow_func=run_react_agent, config_path=str(path), algorithm=AlgorithmConfig(group_size=3))
+    tune(workflow_func=run_react_agent, config_path=str(path), algorithm=AlgorithmConfig(group_size=3))
+    assert len(ran) == 1
     new = [p for p in (tmp_path / "checkpoints" / "p").iterdir() if re.fullmatch(r"run1_\d{14}", p.name)]
     assert len(new) == 1 and (old / "config.yaml").read_text() == "astuner: {}\n"
     saved = yaml.safe_load((new[0] / "config.yaml").read_text())["astuner"]
@@ -464,3 +477,147 @@ def test_the_schema_table_is_trinitys():
     for key, default in schema.LORA.items():
         assert value(trinity.LoRAConfig(), key) == default, key
     assert {f.name for f in dataclasses.fields(trinity.Config)} == {k.split(".")[0] for k in schema.CONFIG}
+
+
+@pytest.mark.parametrize("extra,message", [
+    ({"model": {"max_model_len": "512"}}, "model.max_model_len: must be an integer >= 1 or null, got '512' (a string)"),
+    ({"trainer": {"save_interval": "x"}}, "trainer.save_interval: must be an integer >= 0, got 'x' (a string)"),
+    ({"buffer": {"batch_size": 2.5}}, "buffer.batch_size: must be an integer >= 1, got 2.5 (a number)"),
+    ({"buffer": {"batch_size": None}}, "buffer.batch_size: must be an integer >= 1, got null"),
+    ({"cluster": {"gpu_per_node": "8"}}, "cluster.gpu_per_node: must be an integer >= 0, got '8' (a string)"),
+    ({"algorithm": {"optimizer": {"lr_warmup_steps": "5"}}},
+     "algorithm.optimizer.lr_warmup_steps: must be an integer, got '5' (a string)"),
+    ({"algorithm": {"optimizer": {"clip_grad": [1.0]}}},
+     "algorithm.optimizer.clip_grad: must be a number >= 0, got [1.0] (a list)"),
+    ({"algorithm": {"kl_loss_fn": ["k1"]}}, "algorithm.kl_loss_fn: must be a string or null, got ['k1'] (a list)"),
+    ({"explorer": {"eval_on_startup": "false"}}, "explorer.eval_on_startup: must be true or false, got 'false'"),
+    ({"continue_from_checkpoint": "no"}, "continue_from_checkpoint: must be true or false, got 'no' (a string)"),
+    ({"checkpoint_root_dir": 5}, "checkpoint_root_dir: must be a string or null, got 5 (an integer)"),
+    ({"trainer": {"trainer_config": ["x"]}}, "trainer.trainer_config: must be a mapping or null, got ['x'] (a list)"),
+    ({"data_processor": {"experience_pipeline": {"operators": 3}}},
+     "data_processor.experience_pipeline.operators: must be a list or null, got 3 (an integer)"),
+    ({"buffer": {"explorer_input": {"taskset": {"rollout_args": {"max_tokens": "256"}}}}},
+     "buffer.explorer_input.taskset.rollout_args.max_tokens: must be an integer >= 1 or null, got '256' (a string)"),
+    ({"buffer": {"explorer_input": {"taskset": {"data_selector": {"kwargs": "x"}}}}},
+     "buffer.explorer_input.taskset.data_selector.kwargs: must be a mapping or null, got 'x' (a string)"),
+    (eval_set(rollout_args={"max_tokens": "9"}),
+     "buffer.explorer_input.eval_tasksets[0].rollout_args.max_tokens: must be an integer >= 1 or null, got '9'"),
+])
+def test_a_value_of_the_wrong_type_is_refused_naming_its_key_and_type(extra, message):
+    with pytest.raises(UserError) as info:
+        translated(extra)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+WRONG = ("x", "12", 0, -1, 2.5, True, None, [1], {"a": 1})
+
+
+@pytest.mark.parametrize("backbone", ["debug", "trinity"])
+def test_no_wrong_value_of_any_trinity_key_crashes_the_translation(backbone):
+    """Every Trinity key (and every taskset key, in the training and the eval taskset) set to values of every
+    type: translated, or refused with UserError, never a raw exception."""
+    from astuner.tuner import trinity_schema as schema
+
+    base = deep_merge(MINIMAL, eval_set())
+    paths = [p.split(".") for p in schema.defaults()] + [
+        ["buffer", "explorer_input", which, *k.split(".")] for which in ("taskset", "eval_tasksets")
+        for k in schema.TASKSET] + [["buffer", "explorer_input", k] for k in schema.EXPLORER_INPUT]
+    for parts in paths:
+        for value in WRONG:
+            conf = deep_merge(base, {})
+            node = conf
+            for part in parts[:-1]:
+                node = node.setdefault(part, {}) if isinstance(node, dict) else node
+                if part == "eval_tasksets":
+                    node = node[0]
+            node[parts[-1]] = value
+            try:
+                tc.translate(conf, backbone=backbone, source="t.yaml")
+            except UserError as exc:
+                assert "\n" not in str(exc)
+            except Exception as exc:  # noqa: BLE001 - the failure names the key and value
+                pytest.fail(f"{'.'.join(parts)}={value!r}: {type(exc).__name__}: {exc}")
+
+
+@pytest.mark.parametrize("extra,key", [
+    ({"algorithm": {"repeat_times": "four"}}, "algorithm.repeat_times"),
+    ({"algorithm": {"repeat_times": 0}}, "algorithm.repeat_times"),
+    ({"explorer": {"runner_per_model": "two"}}, "explorer.runner_per_model"),
+    ({"explorer": {"rollout_model": {"engine_num": 0}}}, "explorer.rollout_model.engine_num"),
+])
+def test_the_concurrency_product_names_its_own_wrong_factor(extra, key, tmp_path, monkeypatch):
+    """rollout.max_env_worker = runner_per_model × engine_num × repeat_times: a wrong factor is refused as itself
+    (it used to be multiplied — 'fourfour' — and blamed on runner_per_model)."""
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(deep_merge(deep_merge(MINIMAL, {"explorer": {"runner_per_model": 2}}), extra)))
+    with pytest.raises(UserError) as info:
+        tune(workflow_func=run_react_agent, config_path=str(path))
+    message = str(info.value)
+    assert f"{key}: must be an integer >= 1" in message and "max_env_worker" not in message
+    others = {"algorithm.repeat_times", "explorer.runner_per_model", "explorer.rollout_model.engine_num"} - {key}
+    assert not any(other in message for other in others), message
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_the_concurrency_hint_names_all_three_factors():
+    assert tc.source_hint("astuner.rollout.max_env_worker must be >= 1") == (
+        "astuner.rollout.max_env_worker comes from explorer.runner_per_model × explorer.rollout_model.engine_num × "
+        "algorithm.repeat_times")
+
+
+OPENAI_KEYS = {"enable_openai_api": True, "enable_history": True, "enable_auto_tool_choice": True,
+               "tool_call_parser": "hermes"}
+
+
+@pytest.mark.parametrize("backbone", ["debug", "trinity"])
+def test_an_unset_max_model_len_refuses_it_alone(backbone):
+    with pytest.raises(UserError) as info:
+        translated({"model": {"max_model_len": None}, "explorer": {"rollout_model": OPENAI_KEYS}}, backbone)
+    message = str(info.value)
+    assert "model.max_model_len: not set" in message
+    assert not any(key in message for key in OPENAI_KEYS), message
+
+
+@pytest.mark.parametrize("model,message", [
+    ({"max_model_len": 512, "max_response_tokens": 1000},
+     "model.max_response_tokens: 1000 leaves the prompt no room in model.max_model_len (512)"),
+    ({"max_model_len": 512, "max_response_tokens": 512},
+     "model.max_response_tokens: 512 leaves the prompt no room in model.max_model_len (512)"),
+    ({"max_model_len": 512, "max_prompt_tokens": 600},
+     "model.max_prompt_tokens: 600 leaves the response no room in model.max_model_len (512)"),
+])
+def test_a_length_that_leaves_the_other_no_room_is_refused(model, message):
+    """Trinity would cut it to max_model_len - 1, leaving a 1-token prompt (or response): every episode truncated."""
+    with pytest.raises(UserError, match=re.escape(message)):
+        translated({"model": model})
+
+
+def test_a_response_limit_below_max_model_len_leaves_the_prompt_the_rest():
+    tree = translated({"model": {"max_model_len": 512, "max_response_tokens": 511}})["astuner"]
+    assert (tree["data"]["max_prompt_length"], tree["data"]["max_response_length"]) == (1, 511)
+
+
+def test_the_response_key_of_trinitys_reward_functions_is_taken_and_noted():
+    """agentscope.tuner's configs name the answer column for Trinity's reward functions; under tune() the judge
+    reads the task row itself, so the key changes nothing (noted in the log), on every backbone."""
+    fmt = {"format": {"prompt_key": "question", "response_key": "answer"}}
+    for backbone in ("debug", "trinity"):
+        t = tc.translate(deep_merge(deep_merge(MINIMAL, {"buffer": {"explorer_input": {"taskset": fmt}}}),
+                                    eval_set(**fmt)), backbone=backbone, source="t.yaml")
+        assert "trinity" not in t.tree and set(t.ignored) == {
+            "buffer.explorer_input.taskset.format.response_key",
+            "buffer.explorer_input.eval_tasksets[0].format.response_key"}
+        assert "judge_func" in t.ignored["buffer.explorer_input.taskset.format.response_key"]
+
+
+@pytest.mark.parametrize("extra,message", [
+    ({"algoritm": {"repeat_times": 4}}, "algoritm: not a Trinity-RFT 0.6 config key (did you mean 'algorithm'?)"),
+    ({"modle": {"max_model_len": 4096}}, "modle: not a Trinity-RFT 0.6 config key (did you mean 'model'?)"),
+    ({"monitor": {"monitor_type": "tensorbord"}}, "monitor.monitor_type: 'tensorbord' is not one of tensorboard, "
+                                                  "wandb, swanlab, mlflow (did you mean 'tensorboard'?)"),
+])
+@pytest.mark.parametrize("backbone", ["debug", "trinity"])
+def test_a_misspelt_section_or_monitor_gets_the_right_one(extra, message, backbone):
+    with pytest.raises(UserError, match=re.escape(message)):
+        translated(extra, backbone)

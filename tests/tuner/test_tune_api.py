@@ -242,3 +242,35 @@ def test_monitor_type_chooses_the_tracker(tmp_path, monkeypatch):
     with pytest.raises(UserError, match="monitor_type 'neptune' is not supported"):
         tune(workflow_func=run_react_agent, model=TunerModelConfig(model_path="m", max_model_len=64, max_tokens=8),
              train_dataset=DatasetConfig(path="d"), monitor_type="neptune")
+
+
+@pytest.mark.parametrize("what", ["arguments", "astuner yaml", "trinity config"])
+@pytest.mark.parametrize("wrong", ["model", "dataset"])
+def test_a_tune_that_fails_its_checks_writes_nothing(what, wrong, dataset, tiny_model_dir, tmp_path, monkeypatch):
+    """tune() runs the CLI's preflight (model folder, task rows, trackers, run folder's parent) before the run
+    folder is made: a bad model or dataset path leaves no checkpoints/ folder behind."""
+    monkeypatch.chdir(tmp_path)
+    model_path = str(tmp_path / "no_model") if wrong == "model" else str(tiny_model_dir)
+    data_path = str(tmp_path / "no_data") if wrong == "dataset" else str(dataset)
+    kwargs: dict = {}
+    if what == "arguments":
+        kwargs = {"model": TunerModelConfig(model_path=model_path, max_model_len=2048, max_tokens=8),
+                  "train_dataset": DatasetConfig(path=data_path)}
+    elif what == "astuner yaml":
+        conf = tmp_path / "a.yaml"
+        conf.write_text(yaml.safe_dump({"astuner": {
+            "model": {"path": model_path}, "task_reader": {"type": "huggingface_dat_repo", "huggingface_dat_repo": {
+                "dataset_path": data_path, "training_split": "train", "validation_split": None}}}}))
+        kwargs = {"config_path": str(conf)}
+    else:
+        conf = tmp_path / "t.yaml"
+        conf.write_text(yaml.safe_dump({"algorithm": {"algorithm_type": "grpo"},
+                                        "model": {"model_path": model_path, "max_model_len": 2048},
+                                        "buffer": {"explorer_input": {"taskset": {"path": data_path}}}}))
+        kwargs = {"config_path": str(conf)}
+    with pytest.raises(UserError) as info:
+        tune(workflow_func=run_react_agent, **kwargs)
+    assert ("no model folder" if wrong == "model" else "no_data") in str(info.value)
+    assert not (tmp_path / "checkpoints").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        {"arguments": [], "astuner yaml": ["a.yaml"], "trinity config": ["t.yaml"]}[what] + ["my_dataset"])
