@@ -227,6 +227,22 @@ def _load_composed(tree: dict[str, Any], name: str, config_path: Optional[str], 
     return run
 
 
+def _read_config_file(path: Path) -> dict[str, Any]:
+    """The YAML mapping in `path`, or UserError saying why there is none."""
+    import yaml
+
+    if not path.is_file():
+        raise UserError(f"config_path {str(path)!r} is not a file; name an astuner YAML or a Trinity-RFT config file")
+    try:
+        tree = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        first = " ".join(str(exc).split())[:200]
+        raise UserError(f"config_path {str(path)!r} is not readable YAML ({first})") from None
+    if tree is not None and not isinstance(tree, dict):
+        raise UserError(f"config_path {str(path)!r} holds {type(tree).__name__}, not a mapping of config keys")
+    return tree or {}
+
+
 def _from_trinity(kind: type, text: str, config_path: Optional[str]) -> UserError:
     """`text`, naming astuner keys, with the keys of the Trinity-RFT config they were translated from."""
     from astuner.tuner import trinity_config
@@ -280,7 +296,7 @@ def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
     base: dict[str, Any] = {}
     translation = None
     if config_path is not None:
-        base = yaml.safe_load(Path(config_path).read_text(encoding="utf-8")) or {}
+        base = _read_config_file(Path(config_path))
         if trinity_config.is_trinity_config(base):
             given = {"train_dataset": train_dataset, "eval_dataset": eval_dataset, "model": model,
                      "algorithm": algorithm, "project_name": project_name, "experiment_name": experiment_name,

@@ -274,3 +274,16 @@ def test_a_tune_that_fails_its_checks_writes_nothing(what, wrong, dataset, tiny_
     assert not (tmp_path / "checkpoints").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         {"arguments": [], "astuner yaml": ["a.yaml"], "trinity config": ["t.yaml"]}[what] + ["my_dataset"])
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "is not a file"), ("a: [unclosed", "is not readable YAML"), ("- just\n- a list\n", "holds list"),
+])
+def test_a_config_path_that_is_no_config_is_one_user_error(tmp_path, monkeypatch, content, message):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "conf.yaml"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(UserError, match=message):
+        tune(workflow_func=run_react_agent, config_path=str(path))
+    assert not (tmp_path / "checkpoints").exists()
