@@ -41,7 +41,7 @@ def training_state(model, lora) -> dict[str, float]:
 
     if lora is not None:
         model = add_adapter(model, SimpleNamespace(**lora))
-    trainable, total = trainable_counts(model) if lora is not None else (sum(p.numel() for p in model.parameters()),) * 2
+    trainable, total = trainable_counts(model)  # without an adapter every parameter trains
     return {"total": total, "trainable": trainable, "bytes": 4 * total + 4 * 3 * trainable}
 
 
