@@ -64,7 +64,7 @@ def _run(args: argparse.Namespace) -> int:
     plugins = resolve_plugins(run_config)
     run_root = Path(args.exp_dir) / run_config.experiment_name
     if args.dry_run:
-        notes = preflight(run_config, Path(args.exp_dir), offline=True)
+        notes = preflight(run_config, Path(args.exp_dir), offline=True, backbone=args.backbone)
         if args.backbone == "debug":
             sys.stdout.write(dump_config(run_config.merged))
         else:
@@ -80,39 +80,12 @@ def _run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_OK
 
-    from astuner.backbone import RunContext, load_backbone
-    from astuner.records import prepare_run_dir
-    from astuner.records.run_dir import check_run_dir, mark_if_never_stepped
+    from astuner.run import RunRequest, execute
 
-    backbone = load_backbone(args.backbone)
-    check_run_dir(Path(args.exp_dir), run_config.experiment_name, args.resume)
-    preflight(run_config, Path(args.exp_dir), offline=False)
-    run_dir = prepare_run_dir(Path(args.exp_dir), run_config.experiment_name, run_config.merged, args.resume)
-    viewer = _start_logview(run_dir.root, args) if args.with_logview else None
-    try:
-        backbone.run(RunContext(config=run_config, plugins=plugins, run_dir=run_dir,
-                                with_ray=args.with_ray, with_logview=args.with_logview))
-    except BaseException:
-        mark_if_never_stepped(run_dir)
-        raise
-    finally:
-        if viewer is not None:
-            viewer.shutdown()
-            viewer.server_close()
+    execute(RunRequest(config=run_config, plugins=plugins, backbone=args.backbone, exp_dir=Path(args.exp_dir),
+                       resume=args.resume, with_ray=args.with_ray, with_logview=args.with_logview,
+                       logview_port=args.logview_port))
     return EXIT_OK
-
-
-def _start_logview(root: Path, args: argparse.Namespace) -> object:
-    from loguru import logger
-
-    from astuner.viewer import start_viewer
-
-    viewer = start_viewer(root, port=args.logview_port, live=True)
-    logger.info(f"trajectory viewer: {viewer.url} (this run, live; after it ends: astuner view {root})")
-    if args.backbone != "debug":
-        logger.warning(f"--with-logview: the {args.backbone} backbone does not record astuner's token-level "
-                       f"trajectories; the viewer shows what the run folder holds")
-    return viewer
 
 
 def build_view_parser() -> argparse.ArgumentParser:

@@ -90,11 +90,17 @@ def check_model(cfg: Any, extra_roots: Sequence[Path], offline: bool = True) -> 
     return f"model: {found} ({data['model_type']})"
 
 
-def preflight(run_config: Any, exp_dir: Path, offline: bool) -> list[str]:
-    """Every check above, in order; notes for the user. Raises the first UserError found."""
+def preflight(run_config: Any, exp_dir: Path, offline: bool, backbone: str = "debug") -> list[str]:
+    """Every check above, in order, and for verl / trinity what the machine gives the run
+    (`backbone.plan.machine_plan`); notes for the user. Raises the first UserError found."""
     cfg, roots = run_config.astuner, run_config.extra_roots
     check_exp_dir(exp_dir)
     from astuner.records.monitors import check_installed
 
     check_installed(cfg.trainer_common.logger)
-    return [check_tasks(cfg, roots, offline), check_model(cfg, roots, offline)]
+    notes = [check_tasks(cfg, roots, offline), check_model(cfg, roots, offline)]
+    if backbone != "debug":
+        from astuner.backbone.plan import machine_plan
+
+        notes.append(machine_plan(backbone, run_config))
+    return notes

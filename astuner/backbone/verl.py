@@ -17,7 +17,7 @@ from loguru import logger
 
 from astuner.backbone.verl_backbone.checks import check_batching, check_memory, gpu_memory
 from astuner.backbone.verl_backbone.compose import compose_verl_config, verl_config_dir
-from astuner.errors import ConfigError
+from astuner.errors import ConfigError, RunFailed
 
 CONFIG_FILE = "verl_config.yaml"
 
@@ -58,6 +58,7 @@ def check_available() -> None:
 
 def run(ctx: Any) -> None:
     check_available()
+    from astuner.backbone.machine import gpus_per_node
     from astuner.backbone.ray_cluster import ensure_ray
 
     from astuner.backbone.translate_common import cpu_mode
@@ -65,23 +66,36 @@ def run(ctx: Any) -> None:
     cpu = cpu_mode(ctx.config)
     path = prepare(ctx, None if cpu else gpu_memory())
     tc = ctx.config.astuner.trainer_common
-    cluster = ensure_ray(ctx.with_ray, logical_gpus=tc.nnodes * tc.n_gpus_per_node if cpu else None)
+    cluster = ensure_ray(ctx.with_ray, logical_gpus=tc.nnodes * gpus_per_node(ctx.config) if cpu else None)
+    from astuner.backbone.engine_errors import EngineLog
+
     try:
-        from omegaconf import OmegaConf
-        from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
-        from verl.trainer.ppo.utils import need_critic, need_reference_policy
-        from verl.utils.config import validate_config
-        from verl.utils.device import auto_set_device
-
-        config = OmegaConf.load(path)
-        auto_set_device(config)
-        validate_config(config=config, use_reference_policy=need_reference_policy(config),
-                        use_critic=need_critic(config))
-        if config.trainer.use_v1:
-            run_ppo(config, task_runner_class=TaskRunnerV1)
-        else:
-            from verl.trainer.main_ppo_v0 import TaskRunner
-
-            run_ppo(config, task_runner_class=TaskRunner)
+        with EngineLog() as engine_log:
+            _run_verl(path, engine_log)
     finally:
         cluster.stop()
+
+
+def _run_verl(path: Path, engine_log: Any) -> None:
+    """verl's own entry point on the composed config; a vLLM engine that fails to start ends the run with its
+    root cause (from vLLM's log), not verl's wrapper."""
+    from omegaconf import OmegaConf
+    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+    from verl.utils.device import auto_set_device
+
+    config = OmegaConf.load(path)
+    auto_set_device(config)
+    validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    if config.trainer.use_v1:
+        runner = TaskRunnerV1
+    else:
+        from verl.trainer.main_ppo_v0 import TaskRunner as runner
+    try:
+        run_ppo(config, task_runner_class=runner)
+    except Exception as exc:
+        reason = engine_log.explain(str(exc))
+        if reason is None:
+            raise
+        raise RunFailed(reason) from None

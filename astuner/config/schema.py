@@ -190,7 +190,7 @@ class TrainerCommonConfig:
     total_epochs: int = 1
     trinity_only__n_vllm_engine: int = 1
     nnodes: int = 1
-    n_gpus_per_node: int = 1
+    n_gpus_per_node: Any = "auto"  # a positive integer or "auto" (validate.py)
     total_training_steps: Optional[int] = None
     val_before_train: bool = False
     seed: int = 42

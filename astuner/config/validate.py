@@ -260,8 +260,12 @@ def _check_rules(cfg: AstunerConfig, b: _Builder) -> None:
     positive("astuner.trainer_common.total_epochs", tc.total_epochs)
     if tc.total_training_steps is not None:
         positive("astuner.trainer_common.total_training_steps", tc.total_training_steps)
-    for key in ("ppo_epochs", "mini_batch_num", "max_token_len_per_micro_batch", "nnodes", "n_gpus_per_node"):
+    for key in ("ppo_epochs", "mini_batch_num", "max_token_len_per_micro_batch", "nnodes"):
         positive(f"astuner.trainer_common.{key}", getattr(tc, key))
+    gpus = tc.n_gpus_per_node
+    if gpus != "auto" and (not isinstance(gpus, int) or isinstance(gpus, bool) or gpus <= 0):
+        b.error("astuner.trainer_common.n_gpus_per_node",
+                f"astuner.trainer_common.n_gpus_per_node must be a positive integer or auto, got {gpus!r}")
     from astuner.records.monitors import LOGGERS
 
     for i, name in enumerate(tc.logger):

@@ -280,12 +280,9 @@ def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
     import yaml
     from loguru import logger
 
-    from astuner.backbone import RunContext, load_backbone
     from astuner.backbone.translate_common import deep_merge
     from astuner.config import Plugins
-    from astuner.preflight import preflight
-    from astuner.records import prepare_run_dir
-    from astuner.records.run_dir import check_run_dir, holds_run
+    from astuner.records.run_dir import holds_run
     from astuner.tuner import trinity_config
 
     _check_function(workflow_func, "workflow_func", ("task", "model"))
@@ -323,24 +320,6 @@ def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
                                    eval_dataset=eval_dataset, model=model, algorithm=algorithm, project_name=project,
                                    experiment_name=name, monitor_type=monitor_type, base=base)
     run = _load_composed(deep_merge(base, overrides), name, config_path, translation, root_parent)
-    backbone_module = load_backbone(backbone)
-    # the CLI's checks, in its order, before anything is written: a tune() that fails them leaves no run folder
-    check_run_dir(root_parent, run.experiment_name, resume)
-    try:
-        preflight(run, root_parent, offline=False)
-    except UserError as exc:
-        if translation is None:
-            raise
-        raise _from_trinity(type(exc), str(exc), config_path) from None
-    run_dir = prepare_run_dir(root_parent, run.experiment_name, _without_empty_trinity(run.merged), resume,
-                              layout="tune")
-    if translation is not None:
-        unread = "; ".join(f"{key} is not read ({why})" for key, why in translation.ignored.items())
-        logger.info(f"tune: {config_path} is a Trinity-RFT config, translated into {run_dir.config_path}"
-                    + (f"; handed to Trinity-RFT: {', '.join(translation.passed)}" if translation.passed else "")
-                    + (f"; taken as the {backbone} backbone's own weight sync (it trains and rolls out in step): "
-                       f"{', '.join(translation.accepted)}" if translation.accepted else "")
-                    + (f"; {unread}" if unread else ""))
     judge = judge_func
     if judge is None and run.astuner.task_judge.judge_protocol:
         from astuner.config import resolve_plugins
@@ -352,8 +331,28 @@ def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
         aux = build_auxiliary_models(auxiliary_models or {})
     except TypeError as exc:
         raise UserError(str(exc)) from None
-    # verl / trinity run on Ray: the cluster in RAY_ADDRESS (or the one `ray start` recorded), else a head private
-    # to this run, as `astuner --with-ray` does
-    backbone_module.run(RunContext(config=run, plugins=Plugins(workflow=workflow_func, judge=judge), run_dir=run_dir,
-                                   with_ray=backbone != "debug", auxiliary_models=aux))
+
+    def explain(exc: Exception) -> Exception:
+        return exc if translation is None else _from_trinity(type(exc), str(exc), config_path)
+
+    def log_translation(run_dir: Any) -> None:
+        if translation is None:
+            return
+        unread = "; ".join(f"{key} is not read ({why})" for key, why in translation.ignored.items())
+        logger.info(f"tune: {config_path} is a Trinity-RFT config, translated into {run_dir.config_path}"
+                    + (f"; handed to Trinity-RFT: {', '.join(translation.passed)}" if translation.passed else "")
+                    + (f"; taken as the {backbone} backbone's own weight sync (it trains and rolls out in step): "
+                       f"{', '.join(translation.accepted)}" if translation.accepted else "")
+                    + (f"; {unread}" if unread else ""))
+
+    from astuner.run import RunRequest, execute
+
+    # the CLI's sequence: its checks before anything is written (a tune() that fails them leaves no run folder),
+    # and a run that ends before its first step is marked so that the fixed rerun starts afresh. verl / trinity
+    # run on Ray: the cluster in RAY_ADDRESS (or the one `ray start` recorded), else a head private to this run,
+    # as `astuner --with-ray` does
+    run_dir = execute(RunRequest(
+        config=run, plugins=Plugins(workflow=workflow_func, judge=judge), backbone=backbone, exp_dir=root_parent,
+        resume=resume, with_ray=backbone != "debug", layout="tune", merged=_without_empty_trinity(run.merged),
+        auxiliary_models=aux, explain=explain, on_prepared=log_translation))
     return run_dir.root

@@ -154,7 +154,8 @@ def test_every_algorithm_key_reaches_verls_actor(capsys, monkeypatch):
 def test_lora_reaches_verls_keys_and_is_refused_where_it_cannot_be_honoured(capsys, monkeypatch):
     monkeypatch.chdir(REPO_ROOT)
     lora = "astuner.model.lora={rank: 16, alpha: 32, target_modules: [q_proj, v_proj]}"
-    gpu = dry_run("verl", capsys, lora, "astuner.trainer_common.device=cuda")["actor_rollout_ref"]["model"]
+    gpu = dry_run("verl", capsys, lora, "astuner.trainer_common.device=cuda",
+                 "astuner.trainer_common.n_gpus_per_node=1")["actor_rollout_ref"]["model"]
     assert (gpu["lora_rank"], gpu["lora_alpha"], gpu["target_modules"]) == (16, 32, ["q_proj", "v_proj"])
     assert isinstance(gpu["lora_alpha"], int)  # verl's HFModelConfig takes an integer only
     assert "lora" not in gpu  # on GPUs verl's vLLM serves the adapter itself

@@ -49,12 +49,14 @@ def test_cpu_mode_is_explorer_and_trainer_on_the_cpu(tmp_path, tiny_model_dir, m
 
 
 def test_device_auto_without_a_gpu_is_the_cpu_mode(tmp_path, tiny_model_dir, monkeypatch):
-    from astuner.backbone import translate_common
+    from astuner.backbone import machine, translate_common
 
     monkeypatch.chdir(REPO_ROOT)
     monkeypatch.setattr(translate_common, "gpu_present", lambda: False)
     assert trinity_checked([f"astuner.model.path={tiny_model_dir}"], tmp_path).mode == "both"
-    monkeypatch.setattr(translate_common, "gpu_present", lambda: True)
+    monkeypatch.setattr(translate_common, "gpu_present", lambda: True)  # a machine with one GPU, counted (auto)
+    monkeypatch.setattr(machine, "visible_gpus", lambda: 1)
+    monkeypatch.setattr(machine, "cluster_gpus_per_node", lambda: None)
     assert trinity_checked([f"astuner.model.path={tiny_model_dir}"], tmp_path).mode == "colocate"
 
 

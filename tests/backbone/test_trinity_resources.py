@@ -30,7 +30,8 @@ def _validated_by_trinity(overrides, tmp_path):
 
 
 def test_one_gpu_runs_explorer_and_trainer_colocated(tmp_path):
-    config = _validated_by_trinity(["astuner.trainer_common.n_gpus_per_node=1", "astuner.trainer_common.device=cuda"], tmp_path)
+    config = _validated_by_trinity(["astuner.trainer_common.n_gpus_per_node=1", "astuner.trainer_common.device=cuda",
+                                    "astuner.trainer_common.trinity_only__n_vllm_engine=1"], tmp_path)
     assert config.mode == "colocate" and config.explorer.rollout_model.engine_num == 1
     assert config.cluster.trainer_gpu_num == 1
 

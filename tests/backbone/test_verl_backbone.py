@@ -158,7 +158,7 @@ def test_cpu_mode_only_where_asked(tmp_path):
     from astuner.config import load_run_config
 
     seed = REPO_ROOT / "tutorial" / "example_math_agent" / "math_agent.yaml"
-    gpu = translate_to_verl(load_run_config(seed, ["astuner.trainer_common.device=cuda"]), tmp_path)
+    gpu = translate_to_verl(load_run_config(seed, ["astuner.trainer_common.device=cuda", "astuner.trainer_common.n_gpus_per_node=1"]), tmp_path)
     cpu = translate_to_verl(load_run_config(seed, ["astuner.trainer_common.device=cpu"]), tmp_path)
     assert "VERL_PLATFORM" not in gpu["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]
     assert "override_config" not in gpu["actor_rollout_ref"]["model"]

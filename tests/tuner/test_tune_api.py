@@ -287,3 +287,32 @@ def test_a_config_path_that_is_no_config_is_one_user_error(tmp_path, monkeypatch
     with pytest.raises(UserError, match=message):
         tune(workflow_func=run_react_agent, config_path=str(path))
     assert not (tmp_path / "checkpoints").exists()
+
+
+def test_a_tune_that_fails_before_its_first_step_does_not_block_the_rerun(dataset, tiny_model_dir, tmp_path,
+                                                                         monkeypatch):
+    """tune() runs the CLI's run sequence (astuner/run.py): a run that ends before its first step (here: weights
+    that pass the folder check but do not load) is marked, and the fixed rerun under the same name proceeds."""
+    import shutil
+
+    from astuner.records.run_dir import NEVER_STEPPED, holds_run
+
+    monkeypatch.chdir(tmp_path)
+    broken = tmp_path / "broken_model"
+    shutil.copytree(tiny_model_dir, broken)
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])  # truncated: the tokenizer loads, the model does not
+
+    def run(model_path):
+        return tune(workflow_func=run_react_agent, judge_func=judge_function,
+                    model=TunerModelConfig(model_path=str(model_path), max_model_len=2048, max_tokens=8),
+                    train_dataset=DatasetConfig(path=str(dataset), split="train", total_steps=1),
+                    algorithm=AlgorithmConfig(group_size=2, batch_size=2), experiment_name="again")
+
+    with pytest.raises(Exception):
+        run(broken)
+    root = tmp_path / "checkpoints" / "AgentScope" / "again"
+    assert (root / NEVER_STEPPED).exists() and not holds_run(root)
+    assert run(tiny_model_dir) == root  # the fixed rerun, same name, no resume
+    assert (root / "global_step_1" / "COMPLETE").exists() and not (root / NEVER_STEPPED).exists()
+    assert list(root.glob("astuner.failed_start.*.log"))

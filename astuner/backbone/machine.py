@@ -1,0 +1,102 @@
+"""What the machine (or the Ray cluster) a distributed run starts on has: GPUs per node and free memory.
+
+Read without torch or CUDA: device files and the *_VISIBLE_DEVICES variables for this node's GPUs, Ray's
+own node table for a cluster the user gave, /proc/meminfo (or psutil) for memory. Tests replace these
+readings (`visible_gpus`, `cluster_gpus_per_node`, `available_memory`) to show what a run would do elsewhere.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import os
+import re
+from pathlib import Path
+from typing import Any, Optional
+
+from astuner.errors import ConfigError
+
+GPUS_KEY = "astuner.trainer_common.n_gpus_per_node"
+
+
+def visible_gpus() -> int:
+    """GPUs this process may use on this node: CUDA_VISIBLE_DEVICES (HIP_/ROCR_ for AMD) when set, else the
+    device files (/dev/nvidia0, ...; /dev/dri/renderD* beside /dev/kfd)."""
+    for name in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
+        value = os.environ.get(name)
+        if value is not None:
+            return len([d for d in value.split(",") if d.strip() and d.strip() != "-1"])
+    nvidia = [p for p in glob.glob("/dev/nvidia*") if re.fullmatch(r"/dev/nvidia\d+", p)]
+    if nvidia:
+        return len(nvidia)
+    return len(glob.glob("/dev/dri/renderD*")) if Path("/dev/kfd").exists() else 0
+
+
+def cluster_gpus_per_node() -> Optional[int]:
+    """GPUs per node of the Ray cluster the user gave (RAY_ADDRESS, or the one `ray start` recorded), as Ray
+    reports them: the smallest count among its alive nodes that have any. None without such a cluster."""
+    from astuner.backbone.ray_cluster import ADDRESS_ENV, recorded_cluster
+
+    address = os.environ.get(ADDRESS_ENV) or recorded_cluster()
+    return _cluster_count(address) if address else None
+
+
+@functools.lru_cache(maxsize=8)
+def _cluster_count(address: str) -> Optional[int]:
+    from astuner.backbone.ray_cluster import cluster_reachable
+
+    if not cluster_reachable():
+        return None
+    import ray
+
+    if ray.is_initialized():
+        nodes = ray.nodes()
+    else:  # a short connection of its own: the backbone's ray.init later sets the workers' environment
+        ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+        try:
+            nodes = ray.nodes()
+        finally:
+            ray.shutdown()
+    counts = [int(n.get("Resources", {}).get("GPU", 0)) for n in nodes if n.get("Alive")]
+    counts = [c for c in counts if c > 0]
+    return min(counts) if counts else 0
+
+
+def counted_gpus(run: Any) -> tuple[int, str]:
+    """(GPUs per node, where the number came from): `trainer_common.n_gpus_per_node`, with `auto` counted: on a
+    Ray cluster the user gave, its GPUs per node; else the GPUs visible here. In the CPU mode `auto` is one
+    logical GPU (verl's placement groups on the run's Ray head). No GPU to count where the run needs one is a
+    ConfigError naming the key."""
+    from astuner.backbone.translate_common import cpu_mode
+
+    value = run.astuner.trainer_common.n_gpus_per_node
+    if value != "auto":
+        return int(value), "set"
+    if cpu_mode(run):
+        return 1, "auto: CPU mode, a logical GPU of the run's Ray head"
+    cluster = cluster_gpus_per_node()
+    count = cluster if cluster is not None else visible_gpus()
+    where = "the Ray cluster reports" if cluster is not None else "this machine shows"
+    if count <= 0:
+        raise ConfigError(f"{GPUS_KEY} is auto but {where} no GPU (astuner.trainer_common.device: "
+                          f"{run.astuner.trainer_common.device}); set {GPUS_KEY} to the GPUs per node of the "
+                          f"machine the run is for, or astuner.trainer_common.device=cpu")
+    return count, f"auto: {where} {count}"
+
+
+def gpus_per_node(run: Any) -> int:
+    """`trainer_common.n_gpus_per_node` as a number (see `counted_gpus`)."""
+    return counted_gpus(run)[0]
+
+
+def available_memory() -> int:
+    """Bytes of memory available to new processes now (MemAvailable; psutil where /proc is missing)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import psutil
+
+    return int(psutil.virtual_memory().available)

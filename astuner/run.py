@@ -1,0 +1,81 @@
+"""The one run sequence, for `astuner --conf` and `tune()` alike: load the backbone, check (the run folder,
+the tasks, the model, the machine), prepare the run folder, run, and mark a new run that ended before its
+first step so that a rerun under the same name starts afresh. Nothing is written before every check passed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from astuner.config import Plugins, RunConfig
+from astuner.records.run_dir import RunDir
+
+
+@dataclass
+class RunRequest:
+    """One run: the composed config and its plug-ins, where and how to run it."""
+
+    config: RunConfig
+    plugins: Plugins
+    backbone: str
+    exp_dir: Path
+    resume: bool = False
+    with_ray: bool = False
+    with_logview: bool = False
+    logview_port: int = 0
+    layout: str = "launcher"  # the run folder's layout: "launcher" (the CLI's) or "tune"
+    merged: Optional[dict[str, Any]] = None  # what config.yaml holds (default: the config's merged tree)
+    auxiliary_models: dict[str, Any] = field(default_factory=dict)
+    # raised UserErrors of the checks pass through this (tune() names the Trinity-RFT keys they came from)
+    explain: Callable[[Exception], Exception] = lambda exc: exc
+    on_prepared: Optional[Callable[[RunDir], None]] = None  # called once the run folder exists
+
+
+def execute(request: RunRequest) -> RunDir:
+    """Run `request` to its end; the run folder. Raises what the checks or the backbone raised."""
+    from astuner.backbone import RunContext, load_backbone
+    from astuner.errors import UserError
+    from astuner.preflight import preflight
+    from astuner.records import prepare_run_dir
+    from astuner.records.run_dir import check_run_dir, mark_if_never_stepped
+
+    run = request.config
+    backbone = load_backbone(request.backbone)
+    check_run_dir(request.exp_dir, run.experiment_name, request.resume)
+    try:
+        preflight(run, request.exp_dir, offline=False, backbone=request.backbone)
+    except UserError as exc:
+        raise request.explain(exc) from None
+    run_dir = prepare_run_dir(request.exp_dir, run.experiment_name,
+                              run.merged if request.merged is None else request.merged, request.resume,
+                              layout=request.layout)
+    viewer = None
+    try:
+        if request.on_prepared is not None:
+            request.on_prepared(run_dir)
+        if request.with_logview:
+            viewer = _start_logview(run_dir.root, request)
+        backbone.run(RunContext(config=run, plugins=request.plugins, run_dir=run_dir, with_ray=request.with_ray,
+                                with_logview=request.with_logview, auxiliary_models=request.auxiliary_models))
+    except BaseException:
+        mark_if_never_stepped(run_dir)
+        raise
+    finally:
+        if viewer is not None:
+            viewer.shutdown()
+            viewer.server_close()
+    return run_dir
+
+
+def _start_logview(root: Path, request: RunRequest) -> Any:
+    from loguru import logger
+
+    from astuner.viewer import start_viewer
+
+    viewer = start_viewer(root, port=request.logview_port, live=True)
+    logger.info(f"trajectory viewer: {viewer.url} (this run, live; after it ends: astuner view {root})")
+    if request.backbone != "debug":
+        logger.warning(f"--with-logview: the {request.backbone} backbone does not record astuner's token-level "
+                       f"trajectories; the viewer shows what the run folder holds")
+    return viewer

