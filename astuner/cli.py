@@ -147,10 +147,11 @@ def _merge_lora(argv: Sequence[str]) -> int:
 
 
 def _second_interrupt_stops_at_once() -> object:
-    """Ctrl-C once: KeyboardInterrupt, the run winds down. Twice: one line, exit 130 now."""
+    """Ctrl-C once: KeyboardInterrupt, the run winds down. Twice: one line, exit 130 now. SIGTERM winds the
+    run down too (exit 143); see astuner/interrupts.py. Returns the previous handlers."""
     import signal
 
-    from astuner.interrupts import stop_at_once
+    from astuner.interrupts import on_sigterm, stop_at_once
 
     def handler(signum: int, frame: object) -> None:
         if getattr(handler, "seen", False):
@@ -158,8 +159,9 @@ def _second_interrupt_stops_at_once() -> object:
         handler.seen = True  # type: ignore[attr-defined]
         raise KeyboardInterrupt
 
+    on_sigterm.seen = False  # type: ignore[attr-defined]
     try:
-        return signal.signal(signal.SIGINT, handler)
+        return signal.signal(signal.SIGINT, handler), signal.signal(signal.SIGTERM, on_sigterm)
     except ValueError:  # not the main thread (main() called from a library thread): leave Python's default
         return None
 
@@ -187,6 +189,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         _error("interrupted")
         return EXIT_INTERRUPTED
+    except SystemExit as exc:
+        from astuner.interrupts import EXIT_TERMINATED, Terminated
+
+        if not isinstance(exc, Terminated):
+            raise
+        _error("terminated (SIGTERM); the run wound down, its trackers closed")
+        return EXIT_TERMINATED
     except Exception:
         import traceback
 
@@ -199,7 +208,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if previous is not None:
             import signal
 
-            signal.signal(signal.SIGINT, previous)
+            signal.signal(signal.SIGINT, previous[0])
+            signal.signal(signal.SIGTERM, previous[1])
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,20 +1,56 @@
 """Ctrl-C: the first one asks the run to wind down (the CLI raises KeyboardInterrupt; the debug trainer
 finishes its step and saves); the second one stops the process at once with the CLI's one line and exit
-code 130 — no traceback, no dump of pending asyncio tasks. A Ray head this run started is stopped by its
-own reaper process when this one is gone."""
+code 130 — no traceback, no dump of pending asyncio tasks — after giving the open trackers (`remember_closer`)
+up to `GRACE_S` to write their last step. SIGTERM winds the run down as the first Ctrl-C does, through every
+`finally` (trackers closed, run folder marked, Ray head stopped); a second SIGTERM stops it at once. A Ray head
+this run started is stopped by its own reaper process when this one is gone."""
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
+from typing import Callable
 
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
 SECOND_INTERRUPT = "astuner: error: interrupted twice; stopped at once"
+GRACE_S = 5.0
+_CLOSERS: list[Callable[[], None]] = []
 
 
-def stop_at_once() -> None:
+def remember_closer(close: Callable[[], None]) -> None:
+    """`close` (a tracker writer's) runs before a stop at once, so the tracker keeps its last step."""
+    _CLOSERS.append(close)
+
+
+def forget_closer(close: Callable[[], None]) -> None:
+    if close in _CLOSERS:
+        _CLOSERS.remove(close)
+
+
+def stop_at_once(code: int = EXIT_INTERRUPTED) -> None:
     try:
         sys.stderr.write(f"\n{SECOND_INTERRUPT}\n")
         sys.stderr.flush()
+        closers = list(_CLOSERS)
+        if closers:  # in a thread of its own: a tracker that hangs cannot keep the process alive past GRACE_S
+            worker = threading.Thread(target=lambda: [close() for close in closers], daemon=True)
+            worker.start()
+            worker.join(GRACE_S)
     finally:
-        os._exit(EXIT_INTERRUPTED)
+        os._exit(code)
+
+
+class Terminated(SystemExit):
+    """SIGTERM: the run winds down through its `finally` blocks and the process exits with 143."""
+
+    def __init__(self) -> None:
+        super().__init__(EXIT_TERMINATED)
+
+
+def on_sigterm(signum: int, frame: object) -> None:
+    if getattr(on_sigterm, "seen", False):
+        stop_at_once(EXIT_TERMINATED)
+    on_sigterm.seen = True  # type: ignore[attr-defined]
+    raise Terminated()

@@ -44,12 +44,16 @@ def execute(request: RunRequest) -> RunDir:
     backbone = load_backbone(request.backbone)
     check_run_dir(request.exp_dir, run.experiment_name, request.resume)
     try:
-        preflight(run, request.exp_dir, offline=False, backbone=request.backbone)
+        notes = preflight(run, request.exp_dir, offline=False, backbone=request.backbone)
     except UserError as exc:
         raise request.explain(exc) from None
     run_dir = prepare_run_dir(request.exp_dir, run.experiment_name,
                               run.merged if request.merged is None else request.merged, request.resume,
                               layout=request.layout)
+    from loguru import logger
+
+    for note in notes:  # what was checked (tasks, model, and for verl / trinity what the machine gives the run)
+        logger.info(note)
     viewer = None
     try:
         if request.on_prepared is not None:

@@ -26,6 +26,9 @@ class MetricsWriter:
                 self.tb = SummaryWriter(log_dir=str(tensorboard_dir))
             except ImportError as exc:  # tensorboard is a dependency; keep running without it if broken
                 logger.warning(f"tensorboard scalars disabled: {exc}")
+        from astuner.interrupts import remember_closer
+
+        remember_closer(self.close)  # a second Ctrl-C still lets the trackers write their last step
 
     def write(self, step: int, metrics: dict[str, float]) -> None:
         clean = {k: (float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None)
@@ -52,14 +55,18 @@ class MetricsWriter:
         self.path.write_text("".join(json.dumps(row) + "\n" for row in kept), encoding="utf-8")
 
     def close(self) -> None:
-        if self.tb is not None:
-            self.tb.close()
-        for monitor in self.monitors:
+        """Finish every tracker (each one even if another fails); once, however often it is called (a second
+        Ctrl-C's `interrupts.stop_at_once` calls it too)."""
+        from astuner.interrupts import forget_closer
+
+        forget_closer(self.close)
+        closers = ([self.tb.close] if self.tb is not None else []) + [m.close for m in self.monitors]
+        self.tb, self.monitors = None, []
+        for close in closers:
             try:
-                monitor.close()
+                close()
             except Exception as exc:  # a tracker failing to close loses nothing of metrics.jsonl
-                logger.warning(f"{type(monitor).__name__} did not close cleanly: {exc}")
-        self.monitors = []
+                logger.warning(f"{getattr(close, '__self__', close).__class__.__name__} did not close cleanly: {exc}")
 
 
 def write_trajectories(folder: Path, step: int, rows: Iterable[dict[str, Any]]) -> Optional[Path]:

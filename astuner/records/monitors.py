@@ -122,4 +122,16 @@ MONITORS = {"wandb": WandbMonitor, "swanlab": SwanlabMonitor, "mlflow": MlflowMo
 def open_monitors(loggers: list[str], project: str, experiment: str, root: Path,
                   config: dict[str, Any]) -> list[Any]:
     check_installed(loggers)
-    return [MONITORS[name](project, experiment, root, config) for name in loggers if name in MONITORS]
+    opened: list[Any] = []
+    try:
+        for name in loggers:
+            if name in MONITORS:
+                opened.append(MONITORS[name](project, experiment, root, config))
+    except BaseException:
+        for monitor in opened:  # the ones already open are finished, not left behind
+            try:
+                monitor.close()
+            except Exception:  # noqa: BLE001 - the start's own error is the one to report
+                pass
+        raise
+    return opened

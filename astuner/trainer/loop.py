@@ -359,19 +359,22 @@ class DebugTrainer:
         return " | ".join(parts)
 
     def _finish(self) -> None:
-        shutdown = getattr(getattr(self, "engine", None), "shutdown", None)
-        if shutdown is not None:
-            shutdown()
-        pending = asyncio.all_tasks(self.loop)  # engines' background tasks: cancel them as asyncio.run would
-        for task in pending:
-            task.cancel()
-        if pending:
-            self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-        self.loop.close()
         writer: Optional[MetricsWriter] = getattr(self, "writer", None)
+        try:
+            if writer is not None:
+                writer.close()  # the trackers first: nothing that fails below can cost them their last step
+        finally:
+            shutdown = getattr(getattr(self, "engine", None), "shutdown", None)
+            if shutdown is not None:
+                shutdown()
+            pending = asyncio.all_tasks(self.loop)  # engines' background tasks: cancel them as asyncio.run would
+            for task in pending:
+                task.cancel()
+            if pending:
+                self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            self.loop.close()
         if writer is None:
             return
-        writer.close()
         path = plot_reward_curve(writer.history(), self.run_dir.root / "reward_curve.png",
                                  self.ctx.config.experiment_name)
         if path:

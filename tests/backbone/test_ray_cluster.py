@@ -179,3 +179,22 @@ def test_sigterm_before_the_driver_connects_stops_the_head(no_cluster, tmp_path)
         _assert_gone(pids)
     finally:
         run.kill()
+
+
+def test_auto_gpus_per_node_are_the_ones_the_given_cluster_reports(no_cluster):
+    """`n_gpus_per_node: auto` on a Ray cluster the user gave (RAY_ADDRESS): the GPUs per node Ray reports there
+    (a real head with 4 logical GPUs), not this machine's."""
+    from astuner.backbone import machine
+    from astuner.config import load_run_config
+
+    run = load_run_config(REPO_ROOT / "tutorial" / "example_math_agent" / "math_agent.yaml",
+                          ["astuner.trainer_common.device=cuda"])
+    cluster = ensure_ray(with_ray=True, logical_gpus=4)
+    try:
+        assert machine.counted_gpus(run) == (4, "auto: the Ray cluster reports 4")
+        import ray
+
+        assert not ray.is_initialized()  # the count's connection is closed: the backbone's ray.init sets its env
+    finally:
+        cluster.stop()
+    _assert_gone(cluster.pids)

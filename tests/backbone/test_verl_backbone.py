@@ -335,3 +335,58 @@ def test_trackers_reach_verls_logger_offline_in_the_run_folder(tmp_path, monkeyp
     assert env["MLFLOW_TRACKING_URI"] == (tmp_path / "mlruns").as_uri() and env["MLFLOW_ALLOW_FILE_STORE"] == "true"
     monkeypatch.setenv("WANDB_API_KEY", "k")  # a user with a key logs online, as wandb would
     assert "WANDB_MODE" not in translate_to_verl(run, tmp_path)["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]
+
+
+def _trainer_module(kept: list, fail: bool = False) -> SimpleNamespace:
+    """A stand-in for verl.trainer.ppo.ray_trainer whose `fit` uses trackers as verl's does (a `Tracking` from
+    verl.utils.tracking, a row per step) and whose `Tracking` outlives `fit` (`kept`), as in the CI run that
+    lost its last step."""
+    class RayPPOTrainer:
+        def fit(self):
+            from verl.utils.tracking import Tracking
+
+            logger = Tracking(project_name="p", experiment_name="e", default_backend=["wandb"], config=None)
+            kept.append(logger)
+            for step in (1, 2):
+                logger.log(data={"critic/score/mean": step / 10}, step=step)
+            if fail:
+                raise RuntimeError("step 3 failed")
+
+    return SimpleNamespace(RayPPOTrainer=RayPPOTrainer)
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_verls_trackers_hold_the_last_step_when_fit_ends(tmp_path, monkeypatch, fail):
+    """wandb keeps a step's row until a later step or finish(); verl's v0 fit never calls finish(). Through
+    verl's own Tracking and wandb's own offline files: both steps are there once fit returns (or raises), while
+    the process still runs (without the fix the last one is missing: wandb writes it at finish only)."""
+    wandb = pytest.importorskip("wandb")
+    from astuner.backbone.verl_backbone.trackers import finish_after_fit
+    from tests.records.tracker_files import wandb_scalars
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    wandb.teardown()  # wandb reads WANDB_DIR once per process setup
+    kept: list = []
+    module = _trainer_module(kept, fail)
+    finish_after_fit(module)
+    finish_after_fit(module)  # once per process, however often the module is patched
+    if fail:
+        with pytest.raises(RuntimeError, match="step 3 failed"):
+            module.RayPPOTrainer().fit()
+    else:
+        module.RayPPOTrainer().fit()
+    assert kept and kept[0]._finished  # finished as fit ended, though something still holds it
+    assert wandb_scalars(tmp_path, wait_s=5)["critic/score/mean"] == [(1, 0.1), (2, 0.2)]
+    wandb.teardown()
+
+
+def test_every_verl_process_loads_the_tracker_hook(tmp_path):
+    from astuner.backbone.verl_backbone.translate import TRACKERS_MODULE, translate_to_verl
+    from astuner.config import load_run_config
+
+    seed = REPO_ROOT / "tutorial" / "example_math_agent" / "math_agent.yaml"
+    for device in ("cpu", "cuda"):
+        run = load_run_config(seed, [f"astuner.trainer_common.device={device}", "astuner.trainer_common.n_gpus_per_node=1"])
+        env = translate_to_verl(run, tmp_path)["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]
+        assert TRACKERS_MODULE in env["VERL_USE_EXTERNAL_MODULES"].split(",")

@@ -59,3 +59,68 @@ def test_unknown_or_missing_tracker_is_one_clear_error(capsys, tmp_path, monkeyp
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a))
     assert main(["--conf", conf, "--dry-run", "astuner.trainer_common.logger=[console,mlflow]"]) == 2
     assert "pip install 'astuner[monitors]'" in capsys.readouterr().err
+
+
+def test_trackers_hold_the_last_step_when_the_run_is_terminated(offline, tmp_path):
+    """SIGTERM winds a debug run down (exit 143): wandb and swanlab (which keep a step in memory until the next
+    one or their finish), mlflow and tensorboard hold every step metrics.jsonl holds, read from their own files."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "astuner", "--conf", str(REPO_ROOT / "tutorial" / "example_tiny_cpu" / "tiny_cpu.yaml"),
+         "--exp-dir", str(tmp_path), f"astuner.model.path={tmp_path}/model", "astuner.trainer_common.save_freq=-1",
+         "astuner.trainer_common.test_freq=-1", "astuner.trainer_common.total_training_steps=100000",
+         "astuner.trainer_common.logger=[console,tensorboard,wandb,swanlab,mlflow]"],
+        cwd=tmp_path, env=os.environ.copy(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = tmp_path / "tiny_cpu"
+    metrics = run / "metrics.jsonl"
+    deadline = time.monotonic() + 300
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 4):  # step 0 (validation), then 3
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-3000:]
+    assert "terminated (SIGTERM)" in err.strip().splitlines()[-1]
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    steps = [row["step"] for row in rows if row.get("reward/mean") is not None]
+    assert len(steps) >= 3 and steps == list(range(1, len(steps) + 1))
+    found = {"wandb": wandb_scalars(run), "swanlab": swanlab_scalars(run), "mlflow": mlflow_scalars(run, "tiny_cpu")}
+    for tracker, scalars in found.items():
+        assert [s for s, _ in scalars["reward/mean"]] == steps, tracker
+    from tests.helpers import scalars as tensorboard_scalars
+
+    assert sorted(tensorboard_scalars(run / "tensorboard")["reward/mean"]) == steps
+
+
+STOPPED_AT_ONCE = """
+import sys
+from pathlib import Path
+from astuner.interrupts import stop_at_once
+from astuner.records.metrics import MetricsWriter
+from astuner.records.monitors import open_monitors
+
+root = Path(sys.argv[1])
+writer = MetricsWriter(root, root / "tensorboard", True, open_monitors(["wandb", "swanlab", "mlflow"], "p", "stopped",
+                                                                       root, {}))
+for step in (1, 2, 3):
+    writer.write(step, {"reward/mean": step / 10})
+stop_at_once()  # what a second Ctrl-C calls: os._exit, after the trackers' closers (up to GRACE_S)
+"""
+
+
+def test_a_second_ctrl_c_gives_the_trackers_their_last_step(offline, tmp_path):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", STOPPED_AT_ONCE, str(tmp_path)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 130 and "interrupted twice" in proc.stderr, proc.stderr[-2000:]
+    found = {"wandb": wandb_scalars(tmp_path, wait_s=5), "swanlab": swanlab_scalars(tmp_path),
+             "mlflow": mlflow_scalars(tmp_path, "p")}
+    for tracker, scalars in found.items():
+        assert scalars["reward/mean"] == [(1, 0.1), (2, 0.2), (3, 0.3)], tracker

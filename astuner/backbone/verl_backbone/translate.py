@@ -24,6 +24,7 @@ from astuner.task_reader import has_validation
 AGENT_NAME = "astuner_agent"
 AGENT_LOOP_TARGET = "astuner.backbone.verl_backbone.agent_loop.AstunerAgentLoop"
 CPU_PLATFORM_MODULE = "astuner.backbone.verl_backbone.cpu_platform"
+TRACKERS_MODULE = "astuner.backbone.verl_backbone.trackers"
 
 
 def worker_env(root: Path, cpu: bool, loggers: tuple[str, ...] = ()) -> dict[str, str]:
@@ -31,12 +32,15 @@ def worker_env(root: Path, cpu: bool, loggers: tuple[str, ...] = ()) -> dict[str
     trackers read where to write (and wandb / swanlab their offline mode) from it."""
     from astuner.records.monitors import tracker_env
 
-    env = {"TENSORBOARD_DIR": str(root / "tensorboard"), **tracker_env(list(loggers), root)}
+    # verl imports these in each of its processes: its trackers finished as fit ends (trackers.py); in the CPU
+    # mode, the CPU platform (cpu_platform.py)
+    env = {"TENSORBOARD_DIR": str(root / "tensorboard"), **tracker_env(list(loggers), root),
+           "VERL_USE_EXTERNAL_MODULES": TRACKERS_MODULE}
     if cpu:
         # verl registers its FSDP engine for "cuda"/"npu" devices only; the engine is device-generic
         # (tensors go to get_device_name()), so it is picked by verl's own override
-        env.update({"VERL_USE_EXTERNAL_MODULES": CPU_PLATFORM_MODULE, "VERL_PLATFORM": "astuner_cpu",
-                    "VERL_ENGINE_DEVICE": "cuda", "VLLM_TARGET_DEVICE": "cpu"})
+        env.update({"VERL_USE_EXTERNAL_MODULES": f"{TRACKERS_MODULE},{CPU_PLATFORM_MODULE}",
+                    "VERL_PLATFORM": "astuner_cpu", "VERL_ENGINE_DEVICE": "cuda", "VLLM_TARGET_DEVICE": "cpu"})
     return env
 
 
