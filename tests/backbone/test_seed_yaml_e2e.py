@@ -7,6 +7,7 @@ before Ray starts. Runs in the verl or the Trinity environment (CI's `.ci/backbo
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -20,9 +21,8 @@ from tests.conftest import GSM8K_DIR, REPO_ROOT, run_cli  # noqa: E402
 from tests.helpers import scalars  # noqa: E402
 
 SEED = REPO_ROOT / "tutorial" / "example_math_agent" / "math_agent.yaml"
-HAS_VERL = __import__("importlib").util.find_spec("verl") is not None and \
-    __import__("importlib").util.find_spec("trinity") is None
-HAS_TRINITY = __import__("importlib").util.find_spec("trinity") is not None
+HAS_TRINITY = importlib.util.find_spec("trinity") is not None  # Trinity's environment also holds its verl 0.8
+HAS_VERL = importlib.util.find_spec("verl") is not None and not HAS_TRINITY
 
 
 @pytest.fixture(scope="module")
@@ -63,18 +63,20 @@ def seed_run(backbone, tmp, data, model, *extra):
                           cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1200)
 
 
-def kv_cache_line(log: str) -> str:
-    return next(line for line in log.splitlines() if "machine: CPU mode" in line)
+def trained(backbone, seed_inputs):
+    """The seed YAML trained on `backbone`: its run folder and the run's logged machine line."""
+    tmp, data, model = seed_inputs
+    proc = seed_run(backbone, tmp, data, model)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    root = tmp / "runs" / "math_agent"
+    log = (root / "astuner.log").read_text()
+    return root, next(line for line in log.splitlines() if "machine: CPU mode" in line)
 
 
 @pytest.mark.skipif(not HAS_VERL, reason="the verl environment")
 def test_verl_trains_the_seed_yaml_on_the_cpu(seed_inputs):
-    tmp, data, model = seed_inputs
-    proc = seed_run("verl", tmp, data, model)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    root = tmp / "runs" / "math_agent"
-    log = (root / "astuner.log").read_text()
-    assert "KV cache 1 GiB per engine × 1" in kv_cache_line(log)  # not 85% of the machine
+    root, line = trained("verl", seed_inputs)
+    assert "KV cache 1 GiB per engine × 1" in line  # not 85% of the machine
     import yaml
 
     verl_config = yaml.safe_load((root / "verl_config.yaml").read_text())
@@ -84,12 +86,7 @@ def test_verl_trains_the_seed_yaml_on_the_cpu(seed_inputs):
 
 @pytest.mark.skipif(not HAS_TRINITY, reason="the Trinity environment")
 def test_trinity_trains_the_seed_yaml_on_the_cpu(seed_inputs):
-    tmp, data, model = seed_inputs
-    proc = seed_run("trinity", tmp, data, model)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    root = tmp / "runs" / "math_agent"
-    log = (root / "astuner.log").read_text()
-    line = kv_cache_line(log)
+    root, line = trained("trinity", seed_inputs)
     assert "KV cache 1 GiB per engine × 1" in line and "(trinity_only__n_vllm_engine: 2 applies on GPUs)" in line
     explorer, trainer = scalars(root / "tensorboard" / "explorer"), scalars(root / "tensorboard" / "trainer")
     assert explorer["rollout/finished_task_count"] == {1: 2, 2: 2}  # train_batch_size tasks per explorer step
