@@ -1,5 +1,5 @@
-"""The `astuner` command. `main(argv) -> int`; exit codes: 0 ok, 2 user error, 1 internal failure,
-130 interrupted. Nothing heavy (torch, transformers, ray, vllm, verl, trinity) is imported here."""
+"""The `astuner` command. `main(argv) -> int`; exit codes: 0 ok, 2 user error, 1 internal failure or a failed
+run, 130 interrupted, 143 terminated (SIGTERM). Nothing heavy (torch, transformers, ray, vllm, verl, trinity) is imported here."""
 
 from __future__ import annotations
 
@@ -190,11 +190,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _error("interrupted")
         return EXIT_INTERRUPTED
     except SystemExit as exc:
+        import signal
+
         from astuner.interrupts import EXIT_TERMINATED, Terminated
 
-        if not isinstance(exc, Terminated):
+        # ours, or Ray's: its ray.init (verl's, Trinity's) installs a SIGTERM handler raising SystemExit(15)
+        if not isinstance(exc, Terminated) and exc.code != signal.SIGTERM:
             raise
-        _error("terminated (SIGTERM); the run wound down, its trackers closed")
+        _error("terminated (SIGTERM); the run wound down")
         return EXIT_TERMINATED
     except Exception:
         import traceback
@@ -208,8 +211,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if previous is not None:
             import signal
 
-            signal.signal(signal.SIGINT, previous[0])
-            signal.signal(signal.SIGTERM, previous[1])
+            for signum, handler in zip((signal.SIGINT, signal.SIGTERM), previous):
+                if handler is not None:  # None: a handler set outside Python, which cannot be put back
+                    signal.signal(signum, handler)
 
 
 if __name__ == "__main__":  # pragma: no cover

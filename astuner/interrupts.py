@@ -1,9 +1,10 @@
 """Ctrl-C: the first one asks the run to wind down (the CLI raises KeyboardInterrupt; the debug trainer
 finishes its step and saves); the second one stops the process at once with the CLI's one line and exit
 code 130 — no traceback, no dump of pending asyncio tasks — after giving the open trackers (`remember_closer`)
-up to `GRACE_S` to write their last step. SIGTERM winds the run down as the first Ctrl-C does, through every
-`finally` (trackers closed, run folder marked, Ray head stopped); a second SIGTERM stops it at once. A Ray head
-this run started is stopped by its own reaper process when this one is gone."""
+up to `GRACE_S` to write their last step. SIGTERM abandons the current step and winds the run down through
+every `finally` (trackers closed, a never-stepped run folder marked, a Ray head stopped), exit 143; a second
+SIGTERM stops it at once (on verl and Trinity, Ray's own SIGTERM handler, which their ray.init installs, does
+the first part). A Ray head this run started is stopped by its own reaper process when this one is gone."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Callable
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 SECOND_INTERRUPT = "astuner: error: interrupted twice; stopped at once"
+SECOND_TERMINATE = "astuner: error: terminated twice; stopped at once"
 GRACE_S = 5.0
 _CLOSERS: list[Callable[[], None]] = []
 
@@ -31,7 +33,7 @@ def forget_closer(close: Callable[[], None]) -> None:
 
 def stop_at_once(code: int = EXIT_INTERRUPTED) -> None:
     try:
-        sys.stderr.write(f"\n{SECOND_INTERRUPT}\n")
+        sys.stderr.write(f"\n{SECOND_INTERRUPT if code == EXIT_INTERRUPTED else SECOND_TERMINATE}\n")
         sys.stderr.flush()
         closers = list(_CLOSERS)
         if closers:  # in a thread of its own: a tracker that hangs cannot keep the process alive past GRACE_S

@@ -20,14 +20,14 @@ def resolve_model_path(cfg: Any, extra_roots: list[Path]) -> str:
     if found is not None:
         return str(found)
     if cfg.model.tiny is not None:
-        from astuner.tiny_model import build_tiny_model
+        from astuner.tiny_model import build_tiny_model, tiny_kv_heads
 
         target = Path(raw) if Path(raw).is_absolute() else Path.cwd() / raw
         t = cfg.model.tiny
         logger.info(f"creating the tiny model {target} (seed {t.seed}, tokenizer {t.tokenizer})")
         corpus = _tiny_corpus(cfg, extra_roots)
         build_tiny_model(target, seed=t.seed, hidden_size=t.hidden_size, layers=t.layers, heads=t.heads,
-                         kv_heads=max(1, t.heads // 2), tokenizer=t.tokenizer, corpus=corpus)
+                         kv_heads=tiny_kv_heads(t.heads), tokenizer=t.tokenizer, corpus=corpus)
         return str(target)
     if not looks_like_hub_id(raw):
         from astuner.config.paths import tried_paths

@@ -26,7 +26,9 @@ class RunRequest:
     logview_port: int = 0
     layout: str = "launcher"  # the run folder's layout: "launcher" (the CLI's) or "tune"
     merged: Optional[dict[str, Any]] = None  # what config.yaml holds (default: the config's merged tree)
-    auxiliary_models: dict[str, Any] = field(default_factory=dict)
+    # name -> AgentScope model; or a callable returning that mapping, called once every check passed (it may load
+    # models: a run that fails its checks does not wait for them)
+    auxiliary_models: Any = field(default_factory=dict)
     # raised UserErrors of the checks pass through this (tune() names the Trinity-RFT keys they came from)
     explain: Callable[[Exception], Exception] = lambda exc: exc
     on_prepared: Optional[Callable[[RunDir], None]] = None  # called once the run folder exists
@@ -58,10 +60,11 @@ def execute(request: RunRequest) -> RunDir:
     try:
         if request.on_prepared is not None:
             request.on_prepared(run_dir)
+        aux = request.auxiliary_models() if callable(request.auxiliary_models) else request.auxiliary_models
         if request.with_logview:
             viewer = _start_logview(run_dir.root, request)
         backbone.run(RunContext(config=run, plugins=request.plugins, run_dir=run_dir, with_ray=request.with_ray,
-                                with_logview=request.with_logview, auxiliary_models=request.auxiliary_models))
+                                with_logview=request.with_logview, auxiliary_models=aux))
     except BaseException:
         mark_if_never_stepped(run_dir)
         raise

@@ -105,6 +105,11 @@ def build_word_tokenizer(corpus: Optional[Iterable[str]] = None):
     return fast
 
 
+def tiny_kv_heads(heads: int) -> int:
+    """The KV heads of a tiny model built from `model.tiny` (grouped-query attention, two query heads each)."""
+    return max(1, heads // 2)
+
+
 def build_tiny_model(out_dir: Path | str, seed: int = 0, hidden_size: int = 64, layers: int = 2,
                      heads: int = 4, kv_heads: int = 2, corpus: Optional[Iterable[str]] = None,
                      vocab_size: int = 512, max_position_embeddings: int = 4096, tokenizer: str = "bpe") -> Path:

@@ -5,7 +5,7 @@ exception that reaches verl's trainer or Trinity's explorer only says "Engine co
 See root cause above."; the cause itself is in vLLM's log, which the engine's processes write to the stdout
 of the Ray actor that hosts them. Ray forwards those lines to the driver (`log_to_driver`, on in verl's and
 our `ray.init`); `EngineLog` listens there for the run, on this node and on every node of a cluster, and
-`root_cause` picks the first exception line vLLM logged that is not one of its wrappers.
+`root_cause` picks the latest exception line vLLM logged as an error that is not one of its wrappers.
 """
 
 from __future__ import annotations
@@ -20,20 +20,28 @@ from astuner.backbone.trinity_backbone.health import ANSI, EXCEPTION_LINE
 STARTUP_FAILED = "Engine core initialization failed"
 # vLLM's own wrappers around the cause: what is raised in the parent once the child process died
 WRAPPERS = ("Exception: WorkerProc initialization failed", f"RuntimeError: {STARTUP_FAILED}",
-            "RuntimeError: Worker failed with error")
+            "RuntimeError: Worker failed with error", "ray.exceptions.")
 PREFIXES = re.compile(r"^(\(\w+ pid=\d+\)\s*)?((ERROR|WARNING|INFO|DEBUG) \d\d-\d\d \d\d:\d\d:\d\d \[[\w.]+:\d+\]\s*)?")
 HANDLER = "astuner_engine_errors"
 
 
 def root_cause(lines: list[str]) -> Optional[str]:
-    """The first exception line of vLLM's log among `lines` (Ray's and vLLM's prefixes removed) that is not
-    one of vLLM's wrappers; else the wrapper that carries a cause; None when there is none."""
-    candidates = []
+    """The latest exception line among `lines` (Ray's and vLLM's prefixes removed) that is not one of vLLM's or
+    Ray's wrappers, preferring those vLLM logged as errors (`ERROR mm-dd hh:mm:ss [file:line]`); else the
+    wrapper that carries a cause; None when there is none."""
+    candidates, logged = [], []
     for raw in lines:
-        line = PREFIXES.sub("", ANSI.sub("", raw).strip()).strip()
+        text = ANSI.sub("", raw).strip()
+        match = PREFIXES.match(text)
+        line = text[match.end():].strip()
         if EXCEPTION_LINE.match(line):
             candidates.append(line)
-    for line in candidates:
+            if (match.group(3) or "") == "ERROR":
+                logged.append(line)
+    for line in reversed(logged or candidates):
+        if not line.startswith(WRAPPERS):
+            return line
+    for line in reversed(candidates):
         if not line.startswith(WRAPPERS):
             return line
     carrying = [line for line in candidates if line.startswith("RuntimeError: Worker failed with error")]

@@ -52,11 +52,20 @@ def _cluster_count(address: str) -> Optional[int]:
     if ray.is_initialized():
         nodes = ray.nodes()
     else:  # a short connection of its own: the backbone's ray.init later sets the workers' environment
-        ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+        import signal
+
+        handler = signal.getsignal(signal.SIGTERM)  # ray.init replaces it with its own, and leaves it there
         try:
+            ray.init(address=address, logging_level="ERROR", log_to_driver=False)
             nodes = ray.nodes()
+        except Exception as exc:  # noqa: BLE001 - auth, version mismatch, ...: one line for the user
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise ConfigError(f"{GPUS_KEY} is auto, but the Ray cluster at {address} did not report its GPUs "
+                              f"({first}); set {GPUS_KEY}, or fix RAY_ADDRESS") from None
         finally:
             ray.shutdown()
+            if handler is not None:
+                signal.signal(signal.SIGTERM, handler)
     counts = [int(n.get("Resources", {}).get("GPU", 0)) for n in nodes if n.get("Alive")]
     counts = [c for c in counts if c > 0]
     return min(counts) if counts else 0
@@ -90,13 +99,34 @@ def gpus_per_node(run: Any) -> int:
 
 
 def available_memory() -> int:
-    """Bytes of memory available to new processes now (MemAvailable; psutil where /proc is missing)."""
+    """Bytes of memory available to new processes now: the machine's MemAvailable (psutil where /proc is
+    missing), or less where this process's cgroup (a container, a batch job) allows less."""
+    machine = None
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
+                machine = int(line.split()[1]) * 1024
     except OSError:
         pass
-    import psutil
+    if machine is None:
+        import psutil
 
-    return int(psutil.virtual_memory().available)
+        machine = int(psutil.virtual_memory().available)
+    limit = cgroup_room()
+    return machine if limit is None else min(machine, limit)
+
+
+def cgroup_room() -> Optional[int]:
+    """Bytes this process's cgroup may still use (cgroup v2 memory.max − memory.current, or v1's limit −
+    usage); None without a limit."""
+    v2 = Path("/sys/fs/cgroup")
+    for limit_file, usage_file in ((v2 / "memory.max", v2 / "memory.current"),
+                                   (v2 / "memory" / "memory.limit_in_bytes", v2 / "memory" / "memory.usage_in_bytes")):
+        try:
+            limit, usage = limit_file.read_text().strip(), int(usage_file.read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if limit == "max" or int(limit) >= 2**60:  # no limit (v1 writes a huge number)
+            return None
+        return max(0, int(limit) - usage)
+    return None

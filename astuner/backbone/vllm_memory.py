@@ -24,6 +24,7 @@ ENV = "VLLM_CPU_KVCACHE_SPACE"
 HEADROOM = 1.1  # vLLM's block rounding and allocator slack over the bare per-token sum
 CPU_BYTES = 4  # the CPU mode runs vLLM and the trainer in fp32
 TRAINED_BYTES = 16  # fp32 weights and gradients, AdamW's two moments, per trained parameter
+UNKNOWN_SHAPE_GIB = 4  # the KV cache of a model not at hand yet: vLLM's own CPU default before 0.11
 
 
 @dataclass
@@ -60,10 +61,27 @@ def model_parameters(folder: Path) -> Optional[int]:
     return sum(f.stat().st_size for f in files) // width if files else None
 
 
+def model_folder(model_path: Optional[str]) -> Optional[Path]:
+    """The folder holding the model's config.json: `model_path` itself, or a hub id's snapshot in the local
+    cache; None when neither is at hand (a hub id not downloaded yet)."""
+    if not model_path:
+        return None
+    folder = Path(model_path)
+    if folder.is_dir():
+        return folder
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(model_path, "config.json")
+    except Exception:  # noqa: BLE001 - not a valid repo id either: nothing to tell
+        return None
+    return Path(cached).parent if isinstance(cached, str) else None
+
+
 def model_shape(run: Any, model_path: Optional[str]) -> Optional[ModelShape]:
-    """The shape of the run's model: its folder's config.json, or (before a tiny model is created) the
-    `model.tiny` settings it will be built from; None when neither is at hand (a hub id not downloaded)."""
-    folder = Path(model_path) if model_path else None
+    """The shape of the run's model: its folder's (or cached hub snapshot's) config.json, or (before a tiny
+    model is created) the `model.tiny` settings it will be built from; None when none is at hand."""
+    folder = model_folder(model_path or run.astuner.model.path)
     if folder is not None and (folder / "config.json").is_file():
         try:
             config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
@@ -72,7 +90,9 @@ def model_shape(run: Any, model_path: Optional[str]) -> Optional[ModelShape]:
             return None
     tiny = run.astuner.model.tiny
     if tiny is not None:
-        return ModelShape(layers=tiny.layers, kv_heads=max(1, tiny.heads // 2), head_dim=tiny.hidden_size // tiny.heads,
+        from astuner.tiny_model import tiny_kv_heads
+
+        return ModelShape(layers=tiny.layers, kv_heads=tiny_kv_heads(tiny.heads), head_dim=tiny.hidden_size // tiny.heads,
                           parameters=None)
     return None
 
@@ -87,6 +107,7 @@ class CpuPlan:
     weights: int  # one engine's copy of the weights (bytes; 0 when unknown)
     trainer: int  # the trainer's weights, gradients, optimizer and reference copy (bytes; 0 when unknown)
     from_user: bool  # VLLM_CPU_KVCACHE_SPACE was set in the environment
+    shape_known: bool = True  # False: the model's config was not at hand (UNKNOWN_SHAPE_GIB, weights unknown)
 
     @property
     def total(self) -> int:
@@ -97,7 +118,8 @@ class CpuPlan:
 
     def describe(self) -> str:
         parts = [f"KV cache {self.kv_gib} GiB per engine × {self.engines}"
-                 + (f" ({ENV} from the environment)" if self.from_user else "")]
+                 + (f" ({ENV} from the environment)" if self.from_user else
+                    "" if self.shape_known else " (the model's config is not at hand: vLLM's former default)")]
         if self.weights:
             parts.append(f"weights {self.weights / GIB:.2f} GiB per engine")
         if self.trainer:
@@ -105,13 +127,13 @@ class CpuPlan:
         return f"{self.total / GIB:.1f} GiB (" + ", ".join(parts) + ")"
 
 
-def cpu_plan(run: Any, model_path: Optional[str], engines: int = 1) -> Optional[CpuPlan]:
-    """The memory plan of the CPU mode for `run` (None when the model's shape is not at hand)."""
+def cpu_plan(run: Any, model_path: Optional[str], engines: int = 1) -> CpuPlan:
+    """The memory plan of the CPU mode for `run`. A model whose shape is not at hand (a hub id not downloaded
+    yet) gets UNKNOWN_SHAPE_GIB, vLLM's own former CPU default, never a fraction of the machine."""
     shape = model_shape(run, model_path)
-    if shape is None:
-        return None
     ro = run.astuner.rollout
-    need = math.ceil(shape.kv_bytes_per_token() * ro.max_model_len * ro.max_num_seqs * HEADROOM)
+    need = (math.ceil(shape.kv_bytes_per_token() * ro.max_model_len * ro.max_num_seqs * HEADROOM) if shape
+            else UNKNOWN_SHAPE_GIB * GIB)
     user = os.environ.get(ENV, "").strip()
     if user:
         try:
@@ -120,28 +142,30 @@ def cpu_plan(run: Any, model_path: Optional[str], engines: int = 1) -> Optional[
             raise ConfigError(f"{ENV}={user!r} in the environment must be a whole number of GiB") from None
     else:
         kv_gib = max(1, math.ceil(need / GIB))
-    params = shape.parameters or 0
+    params = (shape.parameters if shape else None) or 0
     kl = run.astuner.trainer_common.algorithm.use_kl_loss
     trainer = params * (TRAINED_BYTES + (CPU_BYTES if kl else 0))
     return CpuPlan(kv_gib=kv_gib, kv_need=need, engines=engines, weights=params * CPU_BYTES, trainer=trainer,
-                   from_user=bool(user))
+                   from_user=bool(user), shape_known=shape is not None)
 
 
 def check_cpu_memory(run: Any, model_path: Optional[str], engines: int = 1,
-                     available: Optional[int] = None) -> Optional[CpuPlan]:
+                     available: Optional[int] = None) -> CpuPlan:
     """The plan, after checking that this machine can hold it: a ConfigError with both numbers and the keys
     to change when it cannot (before Ray or any engine starts)."""
     plan = cpu_plan(run, model_path, engines)
-    if plan is None:
-        return None
     from astuner.backbone.machine import available_memory
 
     free = available_memory() if available is None else available
     if plan.total > free:
         ro = run.astuner.rollout
-        fix = (f"lower {ENV}" if plan.from_user else
-               f"lower astuner.rollout.max_num_seqs ({ro.max_num_seqs}) or astuner.rollout.max_model_len "
-               f"({ro.max_model_len}), which size the KV cache")
+        if plan.engines * plan.kv_gib * GIB < plan.trainer + plan.engines * plan.weights:
+            fix = "use a smaller model (its weights and the trainer's state are most of it)"
+        elif plan.from_user or not plan.shape_known:
+            fix = f"set {ENV} (GiB per engine) lower"
+        else:
+            fix = (f"lower astuner.rollout.max_num_seqs ({ro.max_num_seqs}) or astuner.rollout.max_model_len "
+                   f"({ro.max_model_len}), which size the KV cache")
         raise ConfigError(f"the CPU mode needs {plan.describe()} but this machine has {free / GIB:.1f} GiB "
-                          f"available; {fix}, use a smaller model, or free memory")
+                          f"available; {fix}, or free memory")
     return plan

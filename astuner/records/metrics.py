@@ -59,14 +59,19 @@ class MetricsWriter:
         Ctrl-C's `interrupts.stop_at_once` calls it too)."""
         from astuner.interrupts import forget_closer
 
-        forget_closer(self.close)
         closers = ([self.tb.close] if self.tb is not None else []) + [m.close for m in self.monitors]
         self.tb, self.monitors = None, []
-        for close in closers:
+        interrupted: Optional[BaseException] = None
+        for close in closers:  # each one, even when another fails or a signal arrives meanwhile
             try:
                 close()
             except Exception as exc:  # a tracker failing to close loses nothing of metrics.jsonl
                 logger.warning(f"{getattr(close, '__self__', close).__class__.__name__} did not close cleanly: {exc}")
+            except BaseException as exc:  # Ctrl-C / SIGTERM: the other trackers still close, then it goes on
+                interrupted = interrupted or exc
+        forget_closer(self.close)
+        if interrupted is not None:
+            raise interrupted
 
 
 def write_trajectories(folder: Path, step: int, rows: Iterable[dict[str, Any]]) -> Optional[Path]:

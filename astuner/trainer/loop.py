@@ -213,8 +213,10 @@ class DebugTrainer:
                     raise KeyboardInterrupt
             bar.close()
         finally:
-            signal.signal(signal.SIGINT, previous)
-            self._finish()
+            try:
+                self._finish()  # under the trainer's handler: a second Ctrl-C here still stops at once
+            finally:
+                signal.signal(signal.SIGINT, previous)
 
     def _warm_start(self) -> dict[str, float]:
         """trainer_common.sft: the expert's demonstrations through the workflow, SFT on them, the weights to

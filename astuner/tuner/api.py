@@ -325,12 +325,14 @@ def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
         from astuner.config import resolve_plugins
 
         judge = resolve_plugins(run).judge
-    from astuner.tuner.auxiliary import build_auxiliary_models
 
-    try:
-        aux = build_auxiliary_models(auxiliary_models or {})
-    except TypeError as exc:
-        raise UserError(str(exc)) from None
+    def aux() -> dict[str, Any]:
+        from astuner.tuner.auxiliary import build_auxiliary_models
+
+        try:
+            return build_auxiliary_models(auxiliary_models or {})
+        except TypeError as exc:
+            raise UserError(str(exc)) from None
 
     def explain(exc: Exception) -> Exception:
         return exc if translation is None else _from_trinity(type(exc), str(exc), config_path)

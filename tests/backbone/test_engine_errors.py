@@ -23,8 +23,12 @@ FORWARDED = [
 ]
 
 
-def test_the_first_logged_exception_that_is_not_a_wrapper_is_the_cause():
+def test_the_latest_logged_exception_that_is_not_a_wrapper_is_the_cause():
     assert root_cause(FORWARDED) == CAUSE
+    # an earlier error of the run, or a workflow's printed exception, is not taken for the engine's cause
+    earlier = ["ERROR 11-24 12:20:00 [serving.py:1] KeyError: 'tool_calls'", "ValueError: printed by a workflow"]
+    assert root_cause(earlier + FORWARDED + ["ray.exceptions.RayTaskError(RuntimeError): ray::Explorer.prepare()"]) \
+        == CAUSE
     # the order of stdout and stderr lines is not reliable: the wrappers may come first
     assert root_cause(FORWARDED[5:] + FORWARDED[:5]) == CAUSE
     assert root_cause(FORWARDED[5:]) is None  # wrappers only: no cause to name

@@ -139,3 +139,28 @@ def test_the_verl_workers_get_the_kv_cache_size(tmp_path, no_gpu):
     gpu = load_run_config(SEED, ["astuner.trainer_common.device=cuda", "astuner.trainer_common.n_gpus_per_node=8"])
     env = translate_to_verl(gpu, tmp_path, model_path=str(folder))["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]
     assert "VLLM_CPU_KVCACHE_SPACE" not in env  # on GPUs vLLM's gpu_memory_utilization applies
+
+
+def test_a_hub_model_is_sized_from_its_cached_config_or_gets_vllms_former_default(tmp_path, monkeypatch, no_gpu):
+    """The seed YAML names a hub id. Where its snapshot is in the local hub cache, its config sizes the KV cache;
+    where it is not (not downloaded yet), the engines get 4 GiB (vLLM's own former CPU default), never 85% of
+    the machine."""
+    import huggingface_hub.constants
+
+    from astuner.backbone.verl_backbone.translate import translate_to_verl
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    run = load_run_config(SEED, ["astuner.trainer_common.device=cpu", "astuner.rollout.max_num_seqs=2"])
+    plan = vllm_memory.cpu_plan(run, None)
+    assert (plan.kv_gib, plan.shape_known) == (4, False)
+    env = translate_to_verl(run, tmp_path)["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "4"
+    repo = tmp_path / "hub" / "models--Qwen--Qwen2.5-14B-Instruct"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("abc123")
+    (repo / "snapshots" / "abc123").mkdir(parents=True)
+    (repo / "snapshots" / "abc123" / "config.json").write_text(json.dumps({  # Qwen2.5-14B's attention
+        "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8, "hidden_size": 5120}))
+    plan = vllm_memory.cpu_plan(run, None)
+    assert plan.shape_known and plan.kv_need == int(-(-48 * 8 * 128 * 2 * 4 * 13000 * 2 * vllm_memory.HEADROOM // 1))
+    assert plan.kv_gib == 11  # 10.5 GiB for 2 sequences of 13000 tokens

@@ -25,6 +25,7 @@ def dry_run(backbone, capsys, *overrides):
 def test_verl_translation_carries_every_knob(capsys, monkeypatch):
     monkeypatch.chdir(REPO_ROOT)
     cfg = dry_run("verl", capsys, "astuner.trainer_common.nnodes=2", "astuner.trainer_common.n_gpus_per_node=8",
+                  "astuner.trainer_common.device=cuda",
                   "astuner.trainer_common.optim.lr=3e-6", "astuner.trainer_common.algorithm.use_kl_loss=true",
                   "astuner.trainer_common.algorithm.clip_ratio_c=2.5")
     rollout = cfg["actor_rollout_ref"]["rollout"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Optional
 
 from astuner.backbone.machine import gpus_per_node
@@ -38,20 +37,11 @@ BYTES_PER_TRAINED_PARAM = 16  # fp32 weights and gradients, AdamW's two moments
 def model_parameters(model_path: str) -> Optional[int]:
     """Parameter count of a local model folder or a hub id in the local cache, from its safetensors (index or
     files); None when it cannot be told without a download."""
+    from astuner.backbone.vllm_memory import model_folder
     from astuner.backbone.vllm_memory import model_parameters as folder_parameters
 
-    folder = Path(model_path)
-    if not folder.is_dir():
-        try:
-            from huggingface_hub import try_to_load_from_cache
-
-            cached = try_to_load_from_cache(model_path, "config.json")
-        except Exception:  # noqa: BLE001 - not a valid repo id either: nothing to tell
-            cached = None
-        if not isinstance(cached, str):
-            return None
-        folder = Path(cached).parent
-    return folder_parameters(folder)
+    folder = model_folder(model_path)
+    return folder_parameters(folder) if folder is not None else None
 
 
 def check_memory(run: Any, model_path: str, gpu_bytes: Optional[int], verl_keys: dict) -> None:

@@ -8,6 +8,7 @@ Nothing in verl's installed files is changed."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from astuner.backbone.cpu_hooks import after_import
@@ -42,7 +43,11 @@ def finish_after_fit(module: Any) -> None:
         finally:
             tracking.Tracking.__init__ = init
             for tracker in opened:
-                tracker.finish(exit_code=0 if ok else 1)
+                try:
+                    tracker.finish(exit_code=0 if ok else 1)
+                except Exception as exc:  # noqa: BLE001 - fit's own error (if any) is the one to raise
+                    print(f"astuner: a verl tracker did not finish cleanly: {type(exc).__name__}: {exc}",
+                          file=sys.stderr)
 
     fit.astuner_finishes_trackers = True  # type: ignore[attr-defined]
     trainer.fit = fit

