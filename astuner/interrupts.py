@@ -9,9 +9,11 @@ the first part). A Ray head this run started is stopped by its own reaper proces
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
@@ -56,3 +58,30 @@ def on_sigterm(signum: int, frame: object) -> None:
         stop_at_once(EXIT_TERMINATED)
     on_sigterm.seen = True  # type: ignore[attr-defined]
     raise Terminated()
+
+
+@contextmanager
+def held_signals() -> Iterator[None]:
+    """Ctrl-C and SIGTERM that arrive inside are handled when it ends, by the handlers that were in place: a
+    step's records are written whole (metrics.jsonl, tensorboard and every tracker), or not at all."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[tuple[int, object]] = []
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    for signum in previous:
+        signal.signal(signum, lambda got, frame: pending.append((got, frame)))
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            if handler is not None:
+                signal.signal(signum, handler)
+        for signum, frame in pending:
+            handler = previous[signum]
+            if callable(handler):
+                handler(signum, frame)
+            elif handler == signal.SIG_DFL:  # Python's default for each: what would have happened
+                if signum == signal.SIGINT:
+                    raise KeyboardInterrupt
+                os.kill(os.getpid(), signum)

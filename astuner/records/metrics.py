@@ -31,18 +31,23 @@ class MetricsWriter:
         remember_closer(self.close)  # a second Ctrl-C still lets the trackers write their last step
 
     def write(self, step: int, metrics: dict[str, float]) -> None:
+        """One step's row into metrics.jsonl, tensorboard and every tracker; a Ctrl-C or SIGTERM arriving
+        meanwhile is handled after the row is in all of them."""
+        from astuner.interrupts import held_signals
+
         clean = {k: (float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None)
                  for k, v in sorted(metrics.items())}
-        with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"step": step, **clean}) + "\n")
-        if self.tb is not None:
-            for key, value in clean.items():
-                if value is not None:
-                    self.tb.add_scalar(key, value, step)
-            self.tb.flush()
-        scalars = {k: v for k, v in clean.items() if v is not None}
-        for monitor in self.monitors:
-            monitor.log(step, scalars)
+        with held_signals():
+            with open(self.path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps({"step": step, **clean}) + "\n")
+            if self.tb is not None:
+                for key, value in clean.items():
+                    if value is not None:
+                        self.tb.add_scalar(key, value, step)
+                self.tb.flush()
+            scalars = {k: v for k, v in clean.items() if v is not None}
+            for monitor in self.monitors:
+                monitor.log(step, scalars)
 
     def history(self) -> list[dict[str, Any]]:
         if not self.path.exists():
