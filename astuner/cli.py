@@ -57,6 +57,11 @@ def _error(message: str) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from astuner.config import load_run_config, resolve_plugins
+
+    if args.with_logview:
+        from astuner.viewer.server import check_port
+
+        check_port(args.logview_port, "--logview-port")  # before anything is composed or written
     from astuner.preflight import preflight
     from astuner.records.run_dir import dump_config
 

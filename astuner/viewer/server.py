@@ -55,7 +55,22 @@ class _Handler(BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:
         self.do_GET()
 
+    def _host_allowed(self) -> bool:
+        """A server on loopback answers only requests addressed to it: a web page that rebinds its own name to
+        127.0.0.1 (DNS rebinding) sends its name as Host and is refused. A server on another address answers
+        that address and the loopback names; one on every address (0.0.0.0, ::) was exposed on purpose."""
+        bound = str(self.server.server_address[0])
+        if bound in ("0.0.0.0", "::"):
+            return True
+        host = (self.headers.get("Host") or "").strip().lower()
+        name = host[1:host.index("]")] if host.startswith("[") and "]" in host else host.rsplit(":", 1)[0]
+        return name in {*LOCAL_HOSTS, bound.lower(), self.server.host_name.lower()}
+
     def do_GET(self) -> None:
+        if not self._host_allowed():
+            self._send(HTTPStatus.FORBIDDEN, b'{"error": "this viewer answers requests for its own address only"}',
+                       "application/json; charset=utf-8")
+            return
         path = unquote(urlsplit(self.path).path)
         data = self.server.data
         try:
@@ -74,13 +89,22 @@ class _Handler(BaseHTTPRequestHandler):
                 self._not_found()
         except (BrokenPipeError, ConnectionResetError):
             pass
+        except Exception as exc:  # noqa: BLE001 - a broken run file: an answer naming it, never a dropped connection
+            message = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            try:
+                self._send(HTTPStatus.INTERNAL_SERVER_ERROR, json.dumps({"error": message}).encode(),
+                           "application/json; charset=utf-8")
+            except OSError:
+                pass
 
 
 class ViewerServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128  # the listen backlog (the standard library's 5 left concurrent page loads unanswered)
 
     def __init__(self, run_root: Path, host: str = "127.0.0.1", port: int = 0, live: bool = False):
         self.data = RunData(run_root)
+        self.host_name = host  # the name it was started with (--host), accepted as Host
         self.live = live  # beside a running run (--with-logview): the page refreshes its curves
         if ":" in host:
             import socket
@@ -105,10 +129,20 @@ def _open(run_root: Path, host: str, port: int, live: bool = False) -> ViewerSer
         from loguru import logger
 
         logger.warning(f"the viewer listens on {host}: anyone who can reach it reads this run's prompts and answers")
+    check_port(port, "--port")
     try:
         return ViewerServer(root, host, port, live)
     except OSError as exc:
         raise UserError(f"the viewer cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
+def check_port(port: Any, option: str) -> int:
+    """A TCP port to listen on: 0 (any free one) to 65535; UserError naming the option otherwise."""
+    from astuner.errors import UserError
+
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise UserError(f"{option} {port!r} is not a port; use 0 (any free port) to 65535")
+    return port
 
 
 def start_viewer(run_root: Path, host: str = "127.0.0.1", port: int = 0, live: bool = False) -> ViewerServer:

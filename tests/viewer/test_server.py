@@ -150,3 +150,52 @@ def test_a_failed_episode_is_served_with_its_traceback(tmp_path):
     finally:
         viewer.shutdown()
         viewer.server_close()
+
+
+def _get_with_host(server, host_header: str) -> int:
+    host, port = server.server_address[:2]
+    conn = http.client.HTTPConnection(host, port, timeout=10)
+    conn.putrequest("GET", "/api/run", skip_host=True)
+    conn.putheader("Host", host_header)
+    conn.endheaders()
+    status = conn.getresponse().status
+    conn.close()
+    return status
+
+
+def test_a_request_for_another_host_is_refused(server):
+    """DNS rebinding: a web page whose name now resolves to 127.0.0.1 sends its own name as Host."""
+    port = server.server_address[1]
+    assert _get_with_host(server, "evil.example") == 403
+    assert _get_with_host(server, f"evil.example:{port}") == 403
+    for allowed in (f"127.0.0.1:{port}", f"localhost:{port}", "localhost", f"[::1]:{port}"):
+        assert _get_with_host(server, allowed) == 200, allowed
+
+
+@pytest.mark.parametrize("content", ["7\n", "[1, 2]\n", '{"step": 1, "reward/mean": NaN}\n', '{"step": 1, "rew'])
+def test_a_broken_metrics_file_gets_an_answer_not_a_dropped_connection(tiny_run, tmp_path, content):
+    import shutil
+
+    run = tmp_path / "broken"
+    shutil.copytree(tiny_run, run)
+    (run / "metrics.jsonl").write_text(content)
+    viewer = start_viewer(run)
+    try:
+        status, kind, body = get(viewer, "/api/run")
+        assert status in (200, 500) and kind.startswith("application/json")
+        json.loads(body)  # an answer the page can read, whatever the file held
+        assert get(viewer, "/")[0] == 200  # the other routes keep working
+    finally:
+        viewer.shutdown()
+        viewer.server_close()
+
+
+@pytest.mark.parametrize("argv", [["view", "RUN", "--port", "70000"], ["view", "RUN", "--port", "-5"],
+                                  ["--conf", "x.yaml", "--with-logview", "--logview-port", "70000"]])
+def test_a_port_out_of_range_is_one_line_exit_2(capsys, tiny_run, argv):
+    from astuner.cli import main
+
+    code = main([str(tiny_run) if a == "RUN" else a for a in argv])
+    err = capsys.readouterr().err
+    assert code == 2 and "is not a port; use 0 (any free port) to 65535" in err
+    assert len(err.strip().splitlines()) == 1
