@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from astuner.backbone.vllm_memory import GIB
 from astuner.errors import ConfigError
-
-GIB = 2**30
 
 
 def machine_plan(backbone: str, run: Any) -> str:

@@ -36,10 +36,11 @@ def plugin_roots(run: Any) -> list[str]:
 
 
 def gpu_present() -> bool:
-    """Whether this machine shows an accelerator (NVIDIA or AMD device files); no torch import."""
-    import glob
+    """Whether this process sees an accelerator (`machine.visible_gpus`: *_VISIBLE_DEVICES, device files); no
+    torch import."""
+    from astuner.backbone.machine import visible_gpus
 
-    return bool(glob.glob("/dev/nvidia[0-9]*") or Path("/dev/kfd").exists())
+    return visible_gpus() > 0
 
 
 def cpu_mode(run: Any) -> bool:
