@@ -15,7 +15,7 @@ __all__ = ["Workflow", "WorkflowTask", "WorkflowOutput", "JudgeOutput", "Task", 
 def __getattr__(name: str):
     # ModelTuner pulls in agentscope (about 2 s); import it only when a user's code asks for it.
     if name == "ModelTuner":
-        from astuner.tuner.model_tuner import ModelTuner
+        from astuner.model.model_tuner import ModelTuner
 
         return ModelTuner
     raise AttributeError(f"module 'astuner' has no attribute {name!r}")

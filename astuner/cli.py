@@ -29,7 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="astuner", description="Train an AgentScope agent with reinforcement learning.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--conf", required=True, metavar="PATH", help="the experiment YAML")
-    parser.add_argument("--backbone", choices=["debug", "verl", "trinity"], default="debug",
+    from astuner.backbone import BACKBONES
+
+    parser.add_argument("--backbone", choices=list(BACKBONES), default="debug",
                         help="debug: one machine, no Ray; verl / trinity: distributed training on Ray (default: debug)")
     parser.add_argument("--with-ray", action="store_true", help="start a local Ray head when none is reachable")
     parser.add_argument("--with-logview", action="store_true",
@@ -56,27 +58,23 @@ def _error(message: str) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from astuner.config import load_run_config, resolve_plugins
+    from astuner.backbone import get_backbone
+    from astuner.config import load_run_config
+    from astuner.plugins import resolve_plugins
 
     if args.with_logview:
         from astuner.viewer.server import check_port
 
         check_port(args.logview_port, "--logview-port")  # before anything is composed or written
     from astuner.preflight import preflight
-    from astuner.records.run_dir import dump_config
 
     run_config = load_run_config(args.conf, args.overrides)
     plugins = resolve_plugins(run_config)
     run_root = Path(args.exp_dir) / run_config.experiment_name
     if args.dry_run:
-        notes = preflight(run_config, Path(args.exp_dir), offline=True, backbone=args.backbone)
-        if args.backbone == "debug":
-            sys.stdout.write(dump_config(run_config.merged))
-        else:
-            from astuner.backbone import dry_run_config
-
-            sys.stdout.write(f"# {args.backbone} config translated from {run_config.conf_path}\n")
-            sys.stdout.write(dump_config(dry_run_config(args.backbone, run_config, run_root.absolute())))
+        backbone = get_backbone(args.backbone)
+        notes = preflight(run_config, Path(args.exp_dir), offline=True, backbone=backbone)
+        sys.stdout.write(backbone.dry_run(run_config, run_root.absolute()))
         for note in notes:
             print(f"astuner: {note}", file=sys.stderr)
         judge = run_config.astuner.task_judge.judge_protocol or "none (the workflow returns rewards)"
@@ -137,7 +135,7 @@ def _merge_lora(argv: Sequence[str]) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     from astuner.errors import AstunerError
-    from astuner.trainer.lora import merge_checkpoint
+    from astuner.backbone.debug.lora import merge_checkpoint
 
     folder = Path(args.checkpoint)
     if (folder / "model").is_dir():

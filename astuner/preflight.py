@@ -55,7 +55,7 @@ def check_model(cfg: Any, extra_roots: Sequence[Path], offline: bool = True) -> 
     """`model.path` must be a model folder (config.json naming a model type, tokenizer and weight files),
     a hub id, or a tiny model to create; a note on which."""
     from astuner.config.paths import find_user_path, tried_paths
-    from astuner.model_path import looks_like_hub_id
+    from astuner.model.model_path import looks_like_hub_id
 
     raw = cfg.model.path
     found = find_user_path(raw, extra_roots)
@@ -84,23 +84,27 @@ def check_model(cfg: Any, extra_roots: Sequence[Path], offline: bool = True) -> 
     if not any(n.endswith(_WEIGHT_SUFFIXES) for n in names):
         raise DataError(f"{key}: {found} has no weight files (*.safetensors, *.bin)")
     if not offline:  # the run loads it next anyway; a tokenizer without a chat template is refused here
-        from astuner.rollout.engines.factory import load_tokenizer
+        from astuner.model.engines.factory import load_tokenizer
 
         load_tokenizer(str(found))
     return f"model: {found} ({data['model_type']})"
 
 
-def preflight(run_config: Any, exp_dir: Path, offline: bool, backbone: str = "debug") -> list[str]:
-    """Every check above, in order, and for verl / trinity what the machine gives the run
-    (`backbone.plan.machine_plan`); notes for the user. Raises the first UserError found."""
+def preflight(run_config: Any, exp_dir: Path, offline: bool, backbone: Any = None) -> list[str]:
+    """Every check above, in order, and what the machine gives the run (the `Backbone`'s `plan`: GPUs, engines,
+    memory); notes for the user. Raises the first UserError found."""
     cfg, roots = run_config.astuner, run_config.extra_roots
     check_exp_dir(exp_dir)
     from astuner.records.monitors import check_installed
 
     check_installed(cfg.trainer_common.logger)
     notes = [check_tasks(cfg, roots, offline), check_model(cfg, roots, offline)]
-    if backbone != "debug":
-        from astuner.backbone.plan import machine_plan
+    if backbone is None:
+        return notes
+    from astuner.config.keys import unread_by
 
-        notes.append(machine_plan(backbone, run_config))
-    return notes
+    unread = unread_by(cfg, backbone.name)
+    if unread:  # the declaration says which backbones read each key (README, config reference)
+        notes.append(f"set but not read by the {backbone.name} backbone (no effect there): {', '.join(unread)}")
+    plan = backbone.plan(run_config)
+    return notes + ([plan] if plan else [])

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from astuner.config import Plugins, RunConfig
+from astuner.config import RunConfig
+from astuner.plugins import Plugins
 from astuner.records.run_dir import RunDir
 
 
@@ -46,7 +47,7 @@ def execute(request: RunRequest) -> RunDir:
     backbone = load_backbone(request.backbone)
     check_run_dir(request.exp_dir, run.experiment_name, request.resume)
     try:
-        notes = preflight(run, request.exp_dir, offline=False, backbone=request.backbone)
+        notes = preflight(run, request.exp_dir, offline=False, backbone=backbone)
     except UserError as exc:
         raise request.explain(exc) from None
     run_dir = prepare_run_dir(request.exp_dir, run.experiment_name,
@@ -62,7 +63,7 @@ def execute(request: RunRequest) -> RunDir:
             request.on_prepared(run_dir)
         aux = request.auxiliary_models() if callable(request.auxiliary_models) else request.auxiliary_models
         if request.with_logview:
-            viewer = _start_logview(run_dir.root, request)
+            viewer = _start_logview(run_dir.root, request, backbone)
         backbone.run(RunContext(config=run, plugins=request.plugins, run_dir=run_dir, with_ray=request.with_ray,
                                 with_logview=request.with_logview, auxiliary_models=aux))
     except BaseException:
@@ -75,14 +76,14 @@ def execute(request: RunRequest) -> RunDir:
     return run_dir
 
 
-def _start_logview(root: Path, request: RunRequest) -> Any:
+def _start_logview(root: Path, request: RunRequest, backbone: Any) -> Any:
     from loguru import logger
 
     from astuner.viewer import start_viewer
 
     viewer = start_viewer(root, port=request.logview_port, live=True)
     logger.info(f"trajectory viewer: {viewer.url} (this run, live; after it ends: astuner view {root})")
-    if request.backbone != "debug":
+    if not backbone.records_tokens:
         logger.warning(f"--with-logview: the {request.backbone} backbone does not record astuner's token-level "
                        f"trajectories; the viewer shows what the run folder holds")
     return viewer

@@ -37,7 +37,7 @@ def steps_to_bar(rewards: list[float]) -> int | None:
 
 def training_state(model, lora) -> dict[str, float]:
     """Parameters, trainable parameters, and the bytes of fp32 weights + gradients + AdamW's two moments."""
-    from astuner.trainer.lora import add_adapter, trainable_counts
+    from astuner.backbone.debug.lora import add_adapter, trainable_counts
 
     if lora is not None:
         model = add_adapter(model, SimpleNamespace(**lora))

@@ -33,7 +33,7 @@ from agentscope.tool import Toolkit, ToolResponse
 
 from astuner import Task, Workflow, WorkflowOutput
 from astuner.config.schema import AstunerConfig
-from astuner.rollout.engines.base import GenerateResult, SamplingParams
+from astuner.model.engines.base import GenerateResult, SamplingParams
 from astuner.rollout.manager import RolloutManager
 
 SYSTEM = "Call read_sensor for each sensor the user names, then answer in \\boxed{}."
@@ -43,7 +43,7 @@ TOOLS = [{"type": "function", "function": {
 
 
 class FixedLatencyEngine:
-    """The `Engine` protocol (astuner.rollout.engines.base): `latency_s` of asynchronous sleep per call, then
+    """The `Engine` protocol (astuner.model.engines.base): `latency_s` of asynchronous sleep per call, then
     fixed ids: a tool call while the prompt holds fewer than `calls - 1` tool results, else a final answer."""
 
     def __init__(self, tokenizer: Any, latency_s: float, calls: int):
@@ -110,8 +110,8 @@ class AgentWorkflow(Workflow):
 
 
 def tiny_tokenizer(folder: str) -> Any:
-    from astuner.rollout.engines.factory import load_tokenizer
-    from astuner.tiny_model import build_tiny_model
+    from astuner.model.engines.factory import load_tokenizer
+    from astuner.model.tiny_model import build_tiny_model
 
     return load_tokenizer(str(build_tiny_model(folder, hidden_size=128, layers=2, heads=2, tokenizer="bpe")))
 

@@ -60,7 +60,7 @@ def tutorial_settings() -> dict:
 def base_model(out: Path) -> Path:
     """The tiny model exactly as astuner creates it for the YAML (model.tiny and the run's task corpus)."""
     from astuner.config import load_run_config
-    from astuner.model_path import resolve_model_path
+    from astuner.model.model_path import resolve_model_path
 
     target = out / "model"
     shutil.rmtree(target, ignore_errors=True)

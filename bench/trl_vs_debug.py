@@ -22,7 +22,7 @@ BATCH, GROUP, LR, MAX_NEW = 16, 8, 1e-3, 1
 
 
 def tiny_model(out: Path) -> Path:
-    from astuner.tiny_model import DEFAULT_CORPUS, build_tiny_model
+    from astuner.model.tiny_model import DEFAULT_CORPUS, build_tiny_model
 
     rows = [json.loads(line) for name in ("train.jsonl", "val.jsonl")
             for line in (TUTORIAL / name).read_text().splitlines()]

@@ -121,7 +121,7 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, s
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A tiny random Qwen2 model + locally trained tokenizer (built once per test session)."""
-    from astuner.tiny_model import build_tiny_model
+    from astuner.model.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny_model"), seed=0)
 
@@ -131,3 +131,14 @@ def tokenizer(tiny_model_dir):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture
+def gsm8k_subset(tmp_path, gsm8k_dir):
+    """A dataset folder with the first 8 GSM8K rows of each split (train.jsonl, test.jsonl)."""
+    folder = tmp_path / "my_dataset"
+    folder.mkdir()
+    for split in ("train", "test"):
+        lines = (gsm8k_dir / f"{split}.jsonl").read_text().splitlines()[:8]
+        (folder / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
+    return folder

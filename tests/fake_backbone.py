@@ -4,24 +4,30 @@ import time
 
 from loguru import logger
 
+from astuner.backbone.debug.backbone import DebugBackbone
+
 CALLS = []
 
 
-def run(ctx):
-    CALLS.append(ctx)
-    mode = ctx.config.merged.get("fake_backbone_mode", "ok")
-    if mode == "interrupt":
-        raise KeyboardInterrupt
-    if mode == "crash":
-        raise RuntimeError("internal bug")
-    if mode == "step_then_crash":
-        (ctx.run_dir.root / "metrics.jsonl").write_text('{"step": 1}\n')
-        raise RuntimeError("internal bug after a step")
-    if mode == "slow_cleanup":  # a run whose shutdown takes long (the first Ctrl-C lands in the sleep)
+class FakeBackbone(DebugBackbone):
+    def run(self, ctx):
+        CALLS.append(ctx)
+        mode = ctx.config.merged.get("fake_backbone_mode", "ok")
+        if mode == "interrupt":
+            raise KeyboardInterrupt
+        if mode == "crash":
+            raise RuntimeError("internal bug")
+        if mode == "step_then_crash":
+            (ctx.run_dir.root / "metrics.jsonl").write_text('{"step": 1}\n')
+            raise RuntimeError("internal bug after a step")
+        if mode == "slow_cleanup":  # a run whose shutdown takes long (the first Ctrl-C lands in the sleep)
+            (ctx.run_dir.root / "ran.txt").write_text(ctx.config.experiment_name)
+            try:
+                time.sleep(120)
+            finally:
+                time.sleep(120)
+        logger.info("fake backbone ran")
         (ctx.run_dir.root / "ran.txt").write_text(ctx.config.experiment_name)
-        try:
-            time.sleep(120)
-        finally:
-            time.sleep(120)
-    logger.info("fake backbone ran")
-    (ctx.run_dir.root / "ran.txt").write_text(ctx.config.experiment_name)
+
+
+BACKBONE = FakeBackbone()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable, Optional, Union
 
-from astuner.rollout.engines.base import GenerateResult, SamplingParams
+from astuner.model.engines.base import GenerateResult, SamplingParams
 
 
 def char_level_ids(tokenizer: Any, text: str) -> list[int]:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import asyncio
 
-from astuner.config import load_run_config, resolve_plugins
-from astuner.rollout.engines.hf import HFEngine
+from astuner.config import load_run_config
+from astuner.plugins import resolve_plugins
+from astuner.model.engines.hf import HFEngine
 from astuner.rollout.manager import RolloutManager, build_judge
 from astuner.task_reader import build_task_reader
 from tests.conftest import REPO_ROOT

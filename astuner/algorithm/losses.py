@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
-KL_TYPES = ("low_var_kl", "kl")
+from astuner.config.schema import AGG_MODES, KL_TYPES  # declared with their keys
 
 
 def ppo_clip_loss(logp: Any, old_logp: Any, advantages: Any, clip_low: float, clip_high: float,

@@ -15,7 +15,9 @@ import re
 import threading
 from typing import Any, Optional
 
-from astuner.backbone.trinity_backbone.health import ANSI, EXCEPTION_LINE
+ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Ray's colours in the messages it forwards
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)(\(\w+\))?: ")  # "KeyError: ..."
+
 
 STARTUP_FAILED = "Engine core initialization failed"
 # vLLM's own wrappers around the cause: what is raised in the parent once the child process died

@@ -32,6 +32,18 @@ def visible_gpus() -> int:
     return len(glob.glob("/dev/dri/renderD*")) if Path("/dev/kfd").exists() else 0
 
 
+def gpu_present() -> bool:
+    """Whether this process sees an accelerator (`machine.visible_gpus`: *_VISIBLE_DEVICES, device files); no
+    torch import."""
+    return visible_gpus() > 0
+
+
+def cpu_mode(run: Any) -> bool:
+    """The backbone runs on the CPU: `trainer_common.device: cpu`, or `auto` on a machine without a GPU."""
+    device = run.astuner.trainer_common.device
+    return device == "cpu" or (device == "auto" and not gpu_present())
+
+
 def cluster_gpus_per_node() -> Optional[int]:
     """GPUs per node of the Ray cluster the user gave (RAY_ADDRESS, or the one `ray start` recorded), as Ray
     reports them: the smallest count among its alive nodes that have any. None without such a cluster."""
@@ -76,8 +88,6 @@ def counted_gpus(run: Any) -> tuple[int, str]:
     Ray cluster the user gave, its GPUs per node; else the GPUs visible here. In the CPU mode `auto` is one
     logical GPU (verl's placement groups on the run's Ray head). No GPU to count where the run needs one is a
     ConfigError naming the key."""
-    from astuner.backbone.translate_common import cpu_mode
-
     value = run.astuner.trainer_common.n_gpus_per_node
     if value != "auto":
         return int(value), "set"

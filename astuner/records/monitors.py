@@ -20,7 +20,7 @@ from typing import Any
 
 from astuner.errors import ConfigError
 
-LOGGERS = ("console", "tensorboard", "wandb", "swanlab", "mlflow")
+from astuner.config.schema import LOGGERS  # declared with trainer_common.logger
 PACKAGES = {"wandb": "wandb", "swanlab": "swanlab", "mlflow": "mlflow"}
 
 

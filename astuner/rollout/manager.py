@@ -20,17 +20,17 @@ from typing import Any, Optional
 from loguru import logger
 
 from astuner.config.schema import AstunerConfig
-from astuner.context_tracker.madness import madness_reasons
-from astuner.context_tracker.tracker import TrackerStats, build_samples
+from astuner.rollout.madness import madness_reasons
+from astuner.rollout.tracker import TrackerStats, build_samples
 from astuner.errors import UserError
-from astuner.rollout.engines.base import Engine, SamplingParams
+from astuner.model.engines.base import Engine, SamplingParams
 from astuner.rollout.gc_freeze import objects_frozen
 from astuner.rollout.threads import run_in_own_thread
 from astuner.schema import Sample, Task, WorkflowOutput, WorkflowTask
 from astuner.schema.output import as_workflow_output
 from astuner.task_judge.base import BaseJudge
 from astuner.task_judge.run_judge import judge_episode, task_as_dict
-from astuner.tuner.recorder import EpisodeRecorder
+from astuner.schema.calls import EpisodeRecorder
 
 
 class RolloutFailed(UserError):
@@ -86,7 +86,7 @@ class RolloutManager:
         self.env_client = env_client
         self._env_clients: dict[str, Any] = {}
         self.special_ids = set(getattr(tokenizer, "all_special_ids", []) or [])
-        from astuner.tuner.tool_parser import resolve_format, resolve_reasoning
+        from astuner.model.chat.tool_parser import resolve_format, resolve_reasoning
 
         # the replies' tool-call format (auto: from the chat template) and thinking, once for the run
         self.reply_format = (resolve_format(cfg.rollout.tool_call_parser, tokenizer),
@@ -129,7 +129,7 @@ class RolloutManager:
 
     async def _episode(self, task: Task, repeat_index: int, episode_uuid: str, sampling: SamplingParams,
                        limit: asyncio.Semaphore, stats: TrackerStats) -> EpisodeResult:
-        from astuner.tuner.model_tuner import ModelTuner
+        from astuner.model.model_tuner import ModelTuner
 
         ro = self.cfg.rollout
         async with limit:

@@ -17,8 +17,27 @@ class TaskReader(Protocol):
         ...
 
 
+class FirstValTasks:
+    """`reader` with only its first `n` validation tasks (`task_reader.max_val_tasks`)."""
+
+    def __init__(self, reader: TaskReader, n: int):
+        self.reader, self.n = reader, n
+
+    def train_tasks(self) -> list[Task]:
+        return self.reader.train_tasks()
+
+    def val_tasks(self) -> list[Task]:
+        return self.reader.val_tasks()[:self.n]
+
+
 def build_task_reader(cfg: AstunerConfig, extra_roots: Sequence[Path] = ()) -> TaskReader:
     """The reader `cfg.task_reader.type` names; relative paths resolve against the cwd, then `extra_roots`."""
+    reader = _reader(cfg, extra_roots)
+    n = cfg.task_reader.max_val_tasks
+    return reader if n is None else FirstValTasks(reader, n)
+
+
+def _reader(cfg: AstunerConfig, extra_roots: Sequence[Path]) -> TaskReader:
     tr = cfg.task_reader
     if tr.type == "huggingface_dat_repo":
         from astuner.task_reader.huggingface import HuggingfaceDatRepoReader

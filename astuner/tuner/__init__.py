@@ -1,9 +1,9 @@
-"""The trainable model (`ModelTuner`, in `astuner.tuner.model_tuner`) and the function API:
+"""The trainable model (`ModelTuner`, in `astuner.model.model_tuner`) and the function API:
 
     from astuner.tuner import tune, DatasetConfig, TunerModelConfig, AlgorithmConfig, WorkflowOutput, JudgeOutput
 """
 
 from astuner.schema import JudgeOutput, WorkflowOutput
-from astuner.tuner.api import AlgorithmConfig, DatasetConfig, TunerModelConfig, tune
+from astuner.api import AlgorithmConfig, DatasetConfig, TunerModelConfig, tune
 
 __all__ = ["tune", "DatasetConfig", "TunerModelConfig", "AlgorithmConfig", "WorkflowOutput", "JudgeOutput"]

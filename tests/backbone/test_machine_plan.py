@@ -130,7 +130,7 @@ def test_cpu_mode_refuses_what_the_memory_cannot_hold(capsys, gsm8k_dir, no_gpu,
 
 
 def test_the_verl_workers_get_the_kv_cache_size(tmp_path, no_gpu):
-    from astuner.backbone.verl_backbone.translate import translate_to_verl
+    from astuner.backbone.verl.translate import translate_to_verl
 
     folder = _qwen7b_shaped(tmp_path)
     run = load_run_config(SEED, ["astuner.trainer_common.device=cpu", "astuner.rollout.max_num_seqs=2"])
@@ -147,7 +147,7 @@ def test_a_hub_model_is_sized_from_its_cached_config_or_gets_vllms_former_defaul
     the machine."""
     import huggingface_hub.constants
 
-    from astuner.backbone.verl_backbone.translate import translate_to_verl
+    from astuner.backbone.verl.translate import translate_to_verl
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     run = load_run_config(SEED, ["astuner.trainer_common.device=cpu", "astuner.rollout.max_num_seqs=2"])

@@ -31,7 +31,7 @@ def seed_inputs(tmp_path_factory):
     BPE trained on those questions)."""
     if not (GSM8K_DIR / "train.jsonl").exists():
         pytest.skip(f"GSM8K not found at {GSM8K_DIR}")
-    from astuner.tiny_model import DEFAULT_CORPUS, build_tiny_model
+    from astuner.model.tiny_model import DEFAULT_CORPUS, build_tiny_model
 
     tmp = tmp_path_factory.mktemp("seed_yaml")
     data = tmp / "gsm8k"

@@ -9,7 +9,7 @@ import sys
 import pytest
 import yaml
 
-from astuner.backbone.trinity_backbone.translate import OPERATORS, PADDING
+from astuner.backbone.trinity.translate import OPERATORS, PADDING
 from tests.conftest import REPO_ROOT, run_cli
 
 SEED = "tutorial/example_math_agent/math_agent.yaml"

@@ -194,7 +194,7 @@ def test_64_blocking_workflows_in_threads_complete_with_the_hf_engine(tiny_model
     """run_workflow_in_thread at 64 workers: the workflows' threads and the hf engine's generation do not
     share asyncio's default executor (6 workers on 2 cores: 6 blocked workflows would starve the engine and
     every episode would time out)."""
-    from astuner.rollout.engines.hf import HFEngine
+    from astuner.model.engines.hf import HFEngine
 
     engine = HFEngine.from_pretrained(str(tiny_model_dir), tokenizer, max_num_seqs=64)
     cfg = config(run_workflow_in_thread=True, max_env_worker=64, episode_timeout_s=60.0,

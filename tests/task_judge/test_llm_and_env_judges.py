@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from astuner import Task, WorkflowOutput, WorkflowTask
-from astuner.config import load_run_config, resolve_plugins
+from astuner.config import load_run_config
+from astuner.plugins import resolve_plugins
 from astuner.config.schema import AstunerConfig
 from astuner.rollout.manager import RolloutManager, build_judge
 from astuner.task_judge.math_answer_and_llm_as_judge import MathAnswerAndLlmAsJudge

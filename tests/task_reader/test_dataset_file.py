@@ -73,3 +73,21 @@ def test_validation_optional_and_relative_to_extra_root(tmp_path, monkeypatch):
     reader = DatasetFileReader("train.jsonl", "val.jsonl", "question", [conf_dir])
     assert [t.main_query for t in reader.val_tasks()] == ["b", "c"]
     assert [t.task_id for t in reader.val_tasks()] == ["val_0", "val_1"]
+
+
+def test_max_val_tasks_validates_on_the_first_tasks_only(tmp_path):
+    from astuner.config import load_run_config
+    from astuner.preflight import check_tasks
+    from astuner.task_reader import build_task_reader
+
+    write_lines(tmp_path / "train.jsonl", [json.dumps({"question": f"q{i}"}) for i in range(3)])
+    write_lines(tmp_path / "val.jsonl", [json.dumps({"question": f"v{i}"}) for i in range(5)])
+    conf = tmp_path / "run.yaml"
+    conf.write_text("astuner:\n  model: {path: m}\n  rollout: {agentscope_workflow: 'a.b->C'}\n"
+                    "  task_reader:\n    type: dataset_file\n    dataset_file:\n"
+                    "      training: {file_path: train.jsonl}\n      validation: {file_path: val.jsonl}\n")
+    run = load_run_config(conf, ["astuner.task_reader.max_val_tasks=2"])
+    reader = build_task_reader(run.astuner, run.extra_roots)
+    assert [t.main_query for t in reader.val_tasks()] == ["v0", "v1"] and len(reader.train_tasks()) == 3
+    assert check_tasks(run.astuner, run.extra_roots, offline=True) == "tasks: 3 training, 2 validation"
+    assert len(build_task_reader(load_run_config(conf).astuner, run.extra_roots).val_tasks()) == 5

@@ -20,9 +20,10 @@ from pathlib import Path
 
 
 def pass_rates(conf: str, model_path: str, rows_path: str, repeats: int) -> dict[str, float]:
-    from astuner.config import load_run_config, resolve_plugins
-    from astuner.rollout.engines.factory import load_tokenizer
-    from astuner.rollout.engines.hf import HFEngine
+    from astuner.config import load_run_config
+    from astuner.plugins import resolve_plugins
+    from astuner.model.engines.factory import load_tokenizer
+    from astuner.model.engines.hf import HFEngine
     from astuner.rollout.manager import RolloutManager, build_judge
     from astuner.task_reader.dataset_file import read_jsonl_tasks
 

@@ -3,7 +3,7 @@ so it first learns the protocol from demonstrations, as real recipes do (SFT, th
 
 The demonstrations are produced by the example's own workflow (the real ReActAgent, formatter and
 ModelTuner) played by `calc_agent.expert` (call `add` with the question's numbers, then answer with the
-tool's result in \\boxed{}), through astuner's SFT stage (`astuner.trainer.sft`, what
+tool's result in \\boxed{}), through astuner's SFT stage (`astuner.backbone.debug.sft`, what
 `trainer_common.sft` runs in the debug backbone). The recorded token sequences (prompt, generated spans
 with mask 1, tool results with mask 0) are what the model is fine-tuned on, so training sees exactly the
 tokens the agent produces at run time. This script writes a standalone warm-started model for the
@@ -26,7 +26,7 @@ CONF = HERE / "calc_agent.yaml"
 
 def evaluate(run, plugins, tokenizer, model) -> dict:
     """The warm-started agent on the validation tasks, sampled at the run's temperature (hf engine)."""
-    from astuner.rollout.engines.factory import build_engine
+    from astuner.model.engines.factory import build_engine
     from astuner.rollout.manager import RolloutManager, build_judge
     from astuner.task_reader import build_task_reader
 
@@ -45,11 +45,12 @@ def warm_start(out: Path, steps: int = 150, lr: float = 3e-3, seed: int = 0) -> 
     fine-tune it on the demonstrations; returns what happened."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from astuner.config import load_run_config, resolve_plugins
+    from astuner.config import load_run_config
+    from astuner.plugins import resolve_plugins
     from astuner.rollout.manager import RolloutManager, build_judge
     from astuner.task_reader import build_task_reader
-    from astuner.tiny_model import DEFAULT_CORPUS, build_tiny_model
-    from astuner.trainer import sft
+    from astuner.model.tiny_model import DEFAULT_CORPUS, build_tiny_model
+    from astuner.backbone.debug import sft
     from calc_agent import expert  # this folder is on sys.path (script, or the tests that import this)
 
     start = time.time()

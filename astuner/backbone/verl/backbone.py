@@ -1,0 +1,152 @@
+"""`--backbone verl`: verl 0.9 (PPO trainer, vLLM rollouts, FSDP) on Ray runs our workflow as its agent loop.
+
+The run folder gets the tasks (`verl_data/train.jsonl`, `test.jsonl`, one row per astuner task, with the
+task itself in `extra_info`), the agent-loop registry file and the composed verl config
+(`verl_config.yaml`: verl's own `ppo_trainer` defaults, our translation, then the user's top-level verl
+keys); then verl's `run_ppo` trains. Needs `pip install 'astuner[verl]'` (its own environment: verl pins
+transformers < 5.11).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+from loguru import logger
+
+from astuner.backbone.verl.checks import check_batching, check_memory, gpu_memory
+from astuner.backbone.verl.compose import compose_verl_config, verl_config_dir
+from astuner.errors import ConfigError, RunFailed
+
+CONFIG_FILE = "verl_config.yaml"
+
+
+def prepare(ctx: Any, gpu_bytes: Optional[int] = None) -> Path:
+    from omegaconf import OmegaConf
+
+    a = ctx.config.astuner
+    if a.task_reader.selector.selector_type not in ("sequential", "shuffle") or \
+            a.data_processor.experience_pipeline.operators:
+        raise ConfigError("backbone verl serves tasks with its own sampler: task selectors other than sequential / "
+                          "shuffle and experience operators are not supported there; use --backbone debug or trinity")
+    from astuner.backbone.runtime import write_rows
+    from astuner.backbone.translate_common import user_verl_keys
+    from astuner.backbone.verl.translate import agent_loop_registry, translate_to_verl, verl_task_row
+    from astuner.model.model_path import resolve_model_path
+    from astuner.task_reader import build_task_reader
+
+    root = ctx.run_dir.root.absolute()
+    reader = build_task_reader(a, ctx.config.extra_roots)
+    train_tasks = reader.train_tasks()
+    check_batching(ctx.config, len(train_tasks))
+    model_path = resolve_model_path(a, ctx.config.extra_roots)
+    check_memory(ctx.config, model_path, gpu_bytes, user_verl_keys(ctx.config.merged))
+    n_train = write_rows((verl_task_row(t, i) for i, t in enumerate(train_tasks)), root / "verl_data" / "train.jsonl")
+    n_val = write_rows((verl_task_row(t, i) for i, t in enumerate(reader.val_tasks())), root / "verl_data" / "test.jsonl")
+    (root / "verl_agent_loops.yaml").write_text(yaml.safe_dump(agent_loop_registry(ctx.config, root), sort_keys=False))
+    config = compose_verl_config(translate_to_verl(ctx.config, root, model_path=model_path, validation=n_val > 0))
+    path = root / CONFIG_FILE
+    path.write_text(OmegaConf.to_yaml(config), encoding="utf-8")
+    logger.info(f"verl: {n_train} training / {n_val} validation tasks, model {model_path}, config {path}")
+    return path
+
+
+def check_available() -> None:
+    verl_config_dir()
+
+
+def run(ctx: Any) -> None:
+    check_available()
+    from astuner.backbone.machine import cpu_mode, gpus_per_node
+    from astuner.backbone.ray_cluster import ensure_ray
+
+    cpu = cpu_mode(ctx.config)
+    path = prepare(ctx, None if cpu else gpu_memory())
+    tc = ctx.config.astuner.trainer_common
+    cluster = ensure_ray(ctx.with_ray, logical_gpus=tc.nnodes * gpus_per_node(ctx.config) if cpu else None)
+    from astuner.backbone.engine_errors import EngineLog
+
+    try:
+        with EngineLog() as engine_log:
+            _run_verl(path, engine_log)
+    finally:
+        cluster.stop()
+
+
+def _run_verl(path: Path, engine_log: Any) -> None:
+    """verl's own entry point on the composed config; a vLLM engine that fails to start ends the run with its
+    root cause (from vLLM's log), not verl's wrapper."""
+    from omegaconf import OmegaConf
+    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+    from verl.utils.device import auto_set_device
+
+    config = OmegaConf.load(path)
+    auto_set_device(config)
+    validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    if config.trainer.use_v1:
+        runner = TaskRunnerV1
+    else:
+        from verl.trainer.main_ppo_v0 import TaskRunner as runner
+    try:
+        run_ppo(config, task_runner_class=runner)
+    except Exception as exc:
+        reason = engine_log.explain(str(exc))
+        if reason is None:
+            raise
+        raise RunFailed(reason) from None
+
+
+def engines_of(run: Any, cpu: bool, gpus_per_node: int) -> tuple[str, int]:
+    """verl's vLLM engines: every GPU of the run in groups of the tensor-parallel size, which must divide them."""
+    from astuner.backbone.verl.translate import verl_engines
+
+    tc, ro = run.astuner.trainer_common, run.astuner.rollout
+    gpus, tp = tc.nnodes * gpus_per_node, ro.tensor_model_parallel_size
+    if tp > gpus or gpus % tp:
+        raise ConfigError(f"backbone verl: astuner.rollout.tensor_model_parallel_size ({tp}) must divide the "
+                          f"{gpus} GPU(s) (astuner.trainer_common.nnodes × n_gpus_per_node): each vLLM engine "
+                          f"takes that many")
+    engines = verl_engines(run)
+    return f"verl: {engines} vLLM engine(s) × tensor parallel {tp}", engines
+
+
+def dry_run_config(run: Any, root: Path) -> dict[str, Any]:
+    """The translated config; merged into verl's own ppo_trainer config when verl is installed."""
+    import importlib.util
+
+    from astuner.backbone.verl.translate import translate_to_verl
+
+    translated = translate_to_verl(run, root)
+    if importlib.util.find_spec("verl") is None:
+        return translated
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(compose_verl_config(translated), resolve=False)
+
+
+class VerlBackbone:
+    name = "verl"
+    uses_ray = True
+    records_tokens = False
+
+    def check_available(self) -> None:
+        check_available()
+
+    def plan(self, config: Any) -> Optional[str]:
+        from astuner.backbone.plan import machine_plan
+
+        return machine_plan(config, lambda cpu, count: engines_of(config, cpu, count))
+
+    def dry_run(self, config: Any, root: Any) -> str:
+        from astuner.records.run_dir import dump_config
+
+        return f"# verl config translated from {config.conf_path}\n" + dump_config(dry_run_config(config, root))
+
+    def run(self, ctx: Any) -> None:
+        run(ctx)
+
+
+BACKBONE = VerlBackbone()

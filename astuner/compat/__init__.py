@@ -1,0 +1,1 @@
+"""Importers of other frameworks' configs."""

@@ -1,0 +1,1 @@
+"""Trinity-RFT configs as tune()'s config_path: translated to astuner's tree (see config.py)."""

@@ -1,0 +1,34 @@
+"""Auxiliary models: named chat models handed to workflows and judges (tune()'s `auxiliary_models=`), never
+trained; one given as a `TunerModelConfig` is served from its local model by an in-process hf engine."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from astuner.model.engines.base import SamplingParams
+from astuner.model.model_tuner import ModelTuner
+from astuner.schema.calls import EpisodeRecorder
+
+
+class FrozenChatModel(ModelTuner):
+    """A ModelTuner whose calls are not kept: nothing it generates becomes a training sample."""
+
+    async def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().__call__(*args, **kwargs)
+        finally:
+            self.recorder = EpisodeRecorder()
+
+
+def frozen_model(config: Any, name: str) -> FrozenChatModel:
+    """A never-trained chat model served from `config.model_path` (tune()'s `TunerModelConfig` fields) by an
+    in-process hf engine."""
+    from astuner.model.engines.factory import load_tokenizer
+    from astuner.model.engines.hf import HFEngine
+
+    tokenizer = load_tokenizer(config.model_path)
+    engine = HFEngine.from_pretrained(config.model_path, tokenizer)
+    sampling = SamplingParams(config.temperature, config.top_p, min(config.max_tokens, config.max_model_len - 1))
+    kwargs = {} if config.enable_thinking is None else {"enable_thinking": config.enable_thinking}
+    return FrozenChatModel(engine, tokenizer, sampling, config.max_model_len, chat_template_kwargs=kwargs,
+                           model_name=name)

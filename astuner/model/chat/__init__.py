@@ -1,0 +1,1 @@
+"""Chat rendering and parsing: messages to prompt tokens, replies to tool calls and reasoning."""

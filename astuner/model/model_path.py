@@ -1,0 +1,56 @@
+"""Where the policy model is: `model.path` as a local folder when it is one (found the way the CLI finds
+user files), the tiny model created there first when `model.tiny` asks for it, else the hub id as given.
+Every backbone resolves the path here, so a relative path or a tiny model means the same on all of them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from loguru import logger
+
+from astuner.config.paths import find_user_path
+
+
+def resolve_model_path(cfg: Any, extra_roots: list[Path]) -> str:
+    """model.path as a local folder when it is one (creating the tiny model there if `model.tiny` asks
+    for it), else the hub id as given; a folder path that does not exist is a `DataError`."""
+    raw = cfg.model.path
+    found = find_user_path(raw, extra_roots)
+    if found is not None:
+        return str(found)
+    if cfg.model.tiny is not None:
+        from astuner.model.tiny_model import build_tiny_model, tiny_kv_heads
+
+        target = Path(raw) if Path(raw).is_absolute() else Path.cwd() / raw
+        t = cfg.model.tiny
+        logger.info(f"creating the tiny model {target} (seed {t.seed}, tokenizer {t.tokenizer})")
+        corpus = _tiny_corpus(cfg, extra_roots)
+        build_tiny_model(target, seed=t.seed, hidden_size=t.hidden_size, layers=t.layers, heads=t.heads,
+                         kv_heads=tiny_kv_heads(t.heads), tokenizer=t.tokenizer, corpus=corpus)
+        return str(target)
+    if not looks_like_hub_id(raw):
+        from astuner.config.paths import tried_paths
+        from astuner.errors import DataError
+
+        raise DataError(f"astuner.model.path: no model folder {raw!r} (looked at {tried_paths(raw, extra_roots)}); "
+                        f"create it first, or give a hub id (organisation/name)")
+    return raw
+
+
+def looks_like_hub_id(raw: str) -> bool:
+    """`organisation/name` or `name`, as the hub spells repository ids; anything else is meant as a folder."""
+    import re
+
+    return re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?", raw) is not None and ".." not in raw
+
+
+def _tiny_corpus(cfg: Any, extra_roots: list[Path]) -> list[str]:
+    """The tokenizer of a tiny model is trained on the run's tasks, so it covers their words."""
+    from astuner.task_reader import build_task_reader
+    from astuner.model.tiny_model import DEFAULT_CORPUS
+
+    reader = build_task_reader(cfg, extra_roots)
+    tasks = reader.train_tasks() + reader.val_tasks()
+    texts = [t.main_query for t in tasks] + [str(v) for t in tasks for v in t.metadata.values()]
+    return DEFAULT_CORPUS + texts

@@ -1,0 +1,135 @@
+"""The SFT warm start (`trainer_common.sft`): the expert plays the user's real workflow (ReActAgent, tool,
+formatter, ModelTuner), the policy is fine-tuned on the generated tokens of the episodes the judge accepts,
+then GRPO starts from it; before / after numbers land in metrics.jsonl."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from tests.conftest import REPO_ROOT, run_cli
+
+CONF = REPO_ROOT / "tutorial" / "example_agent_cpu" / "sensor_agent.yaml"
+
+
+def _load_demo(tmp_path, overrides=()):
+    from astuner.config import load_run_config
+    from astuner.plugins import resolve_plugins
+
+    run = load_run_config(CONF, [f"astuner.model.path={tmp_path / 'model'}", *overrides])
+    return run, resolve_plugins(run)
+
+
+def test_expert_episodes_are_the_agents_own_tokens(tmp_path, monkeypatch):
+    """Demonstrations: one sample per episode, the expert's two replies trained (mask 1), the prompt and
+    the tool's result between them context (mask 0)."""
+    from transformers import AutoTokenizer
+
+    from astuner.model.model_path import resolve_model_path
+    from astuner.rollout.manager import RolloutManager, build_judge
+    from astuner.task_reader import build_task_reader
+    from astuner.backbone.debug import sft
+
+    monkeypatch.chdir(REPO_ROOT)
+    run, plugins = _load_demo(tmp_path)
+    path = resolve_model_path(run.astuner, run.extra_roots)  # the tiny model, created here
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tasks = build_task_reader(run.astuner, run.extra_roots).train_tasks()[:6]
+    judge = build_judge(plugins.judge, run.astuner)
+    demos = asyncio.run(sft.play(lambda engine: RolloutManager(run.astuner, plugins.workflow, judge, engine, tokenizer),
+                                 plugins.expert, tokenizer, tasks, per_task=1, min_reward=1.0))
+    assert demos.episodes == 6 and demos.kept_episodes == 6 and demos.expert_reward == 1.0
+    assert len(demos.samples) == 6
+    for sample, task in zip(demos.samples, tasks):
+        reading = task.metadata["reading"]
+        response = sample.input_ids[sample.prompt_length:]
+        trained = tokenizer.decode([t for t, m in zip(response, sample.loss_mask) if m])
+        context = tokenizer.decode([t for t, m in zip(response, sample.loss_mask) if not m])
+        assert '{"name": "read_sensor", "arguments": {}}' in trained and f"\\boxed{{{reading}}}" in trained
+        assert "<tool_response>" in context and str(reading) in context  # the tool's result: context only
+        assert str(reading) not in tokenizer.decode(sample.input_ids[:sample.prompt_length])  # not in the prompt
+        assert trained.count("<|im_end|>") == 2
+
+
+def test_episodes_below_min_reward_are_left_out(tmp_path, monkeypatch):
+    from transformers import AutoTokenizer
+
+    from astuner.model.model_path import resolve_model_path
+    from astuner.rollout.manager import RolloutManager, build_judge
+    from astuner.task_reader import build_task_reader
+    from astuner.backbone.debug import sft
+
+    monkeypatch.chdir(REPO_ROOT)
+    run, plugins = _load_demo(tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(run.astuner, run.extra_roots))
+    tasks = build_task_reader(run.astuner, run.extra_roots).train_tasks()[:4]
+
+    async def sloppy(prompt: str) -> str:  # right tool protocol, wrong final answer on odd readings
+        reply = await plugins.expert(prompt)
+        if reply.startswith("\\boxed{") and int(reply[7:-1]) % 2:
+            return "\\boxed{-1}"
+        return reply
+
+    demos = asyncio.run(sft.play(
+        lambda engine: RolloutManager(run.astuner, plugins.workflow, build_judge(plugins.judge, run.astuner), engine,
+                                      tokenizer), sloppy, tokenizer, tasks, per_task=1, min_reward=1.0))
+    odd = sum(1 for t in tasks if t.metadata["reading"] % 2)
+    assert 0 < odd < 4
+    assert demos.kept_episodes == 4 - odd and len(demos.samples) == 4 - odd
+    assert demos.expert_reward == pytest.approx((4 - odd) / 4)
+
+
+def test_the_demo_warm_starts_then_trains(tmp_path, monkeypatch, capsys):
+    """The README's main job, shortened: SFT (its loss falls, a checkpoint global_step_0), validation before
+    and after it, two GRPO steps of the multi-turn agent; --resume after that does not repeat the SFT."""
+    monkeypatch.chdir(REPO_ROOT)
+    tc = "astuner.trainer_common"
+    argv = ["--conf", str(CONF), "--exp-dir", str(tmp_path), f"astuner.model.path={tmp_path / 'model'}",
+            f"{tc}.sft.steps=40", f"{tc}.sft.lr=3e-3", f"{tc}.total_training_steps=2", f"{tc}.test_freq=2", f"{tc}.save_freq=2",
+            "astuner.data.train_batch_size=4", "astuner.rollout.num_repeat=4"]
+    code, _, err = run_cli(argv, capsys)
+    assert code == 0, err
+    root = tmp_path / "sensor_agent"
+    rows = {r["step"]: r for r in map(json.loads, (root / "metrics.jsonl").read_text().splitlines())}
+    assert set(rows) == {0, 1, 2}
+    warm = rows[0]
+    assert warm["sft/demonstrations"] == 200 and warm["sft/kept_episodes"] == 200 and warm["sft/expert_reward"] == 1.0
+    assert warm["sft/steps"] == 40 and warm["sft/loss_last"] < warm["sft/loss_first"] / 4
+    assert "sft/val_reward_before" in warm and "val/reward_mean" in warm
+    assert (root / "checkpoints" / "global_step_0" / "COMPLETE").exists()
+    for step in (1, 2):
+        assert rows[step]["rollout/calls_per_episode"] >= 1.5  # the warm-started agent calls the tool
+    assert "val/reward_mean" in rows[2]
+
+    code, _, err = run_cli([*argv[:-4], f"{tc}.total_training_steps=3", "astuner.data.train_batch_size=4",
+                            "astuner.rollout.num_repeat=4", "--resume"], capsys)
+    assert code == 0, err
+    rows = [json.loads(line) for line in (root / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2, 3]  # no second warm start
+    assert "SFT warm start" not in err
+
+
+def test_a_non_finite_loss_stops_before_the_weights_move(tiny_model_dir):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from astuner.errors import RunFailed
+    from astuner.schema import Sample
+    from astuner.backbone.debug import sft
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    sample = Sample("t", "e", 0, input_ids=[5, 6, 7, 8, 9], prompt_length=2, loss_mask=[1, 1, 1], logprobs=[0.0] * 3)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    assert len(sft.train(model, [sample], steps=2, lr=1e-3, batch_size=1, seed=0, pad_id=0, token_budget=64,
+                         dtype="fp32")) == 2
+    moved = {k: v.clone() for k, v in model.state_dict().items()}
+    assert any(not torch.equal(before[k], moved[k]) for k in before)
+    with torch.no_grad():
+        next(model.parameters()).fill_(float("nan"))
+    poisoned = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(RunFailed, match="the loss is nan at step 1; lower astuner.trainer_common.sft.lr"):
+        sft.train(model, [sample], steps=2, lr=1e-3, batch_size=1, seed=0, pad_id=0, token_budget=64, dtype="fp32")
+    after = model.state_dict()
+    assert all(torch.equal(poisoned[k], after[k]) or torch.isnan(poisoned[k]).all() for k in poisoned)
