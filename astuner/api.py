@@ -24,10 +24,11 @@ def arg(default: Any, key: Optional[str] = None) -> Any:
     return field(default=default, metadata={"key": key})
 
 
-def direct_keys(obj: Any) -> dict[str, Any]:
-    """The astuner keys `obj`'s fields set as they are, as a nested mapping (without the `astuner.` root)."""
+def direct_keys(obj: Any, cls: type) -> dict[str, Any]:
+    """The astuner keys the fields of `cls` set as they are, read from `obj` (ours, or agentscope.tuner's object of
+    the same name: duck-typed), as a nested mapping (without the `astuner.` root)."""
     tree: dict[str, Any] = {}
-    for f in fields(obj):
+    for f in fields(cls):
         if f.metadata.get("key"):
             *parents, leaf = f.metadata["key"].split(".")[1:]
             node = tree
@@ -142,7 +143,7 @@ def model_keys(model: TunerModelConfig) -> dict[str, Any]:
     from astuner.backbone.translate_common import deep_merge
 
     chat_kwargs = {} if model.enable_thinking is None else {"enable_thinking": model.enable_thinking}
-    return deep_merge(direct_keys(model), {
+    return deep_merge(direct_keys(model, TunerModelConfig), {
         "data": {"max_prompt_length": model.max_model_len - model.max_tokens, "max_response_length": model.max_tokens},
         "rollout": {"max_response_length_in_one_turn": min(model.max_tokens, model.max_model_len - 1),
                     "chat_template_kwargs": chat_kwargs, "reasoning_parser": model.reasoning_parser or "auto"}})
@@ -156,7 +157,7 @@ def algorithm_keys(algorithm: AlgorithmConfig, validates: bool) -> dict[str, Any
     if algorithm.algorithm_type not in ESTIMATORS:
         raise UserError(f"AlgorithmConfig.algorithm_type {algorithm.algorithm_type!r} is not supported; use "
                         f"{' or '.join(repr(e) for e in reversed(ESTIMATORS))}")
-    return deep_merge(direct_keys(algorithm),
+    return deep_merge(direct_keys(algorithm, AlgorithmConfig),
                       {"trainer_common": {"test_freq": algorithm.eval_interval_steps if validates else -1}})
 
 

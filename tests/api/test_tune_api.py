@@ -329,7 +329,7 @@ def test_tune_arguments_name_declared_keys():
     keys = {item.path for item in declared(AstunerConfig)}
     named = [f.metadata["key"] for cls in (TunerModelConfig, AlgorithmConfig) for f in dataclasses.fields(cls)
              if f.metadata.get("key")]
-    assert len(named) == 11 and set(named) <= keys
+    assert len(named) == 12 and set(named) <= keys
     tree = algorithm_keys(AlgorithmConfig(learning_rate=3e-6, group_size=5), validates=False)
     assert tree["trainer_common"]["optim"]["lr"] == 3e-6 and tree["rollout"]["num_repeat"] == 5
     assert tree["trainer_common"]["test_freq"] == -1

@@ -65,16 +65,22 @@ def _outside(spec):
     return spec.le + 1
 
 
+def _valid_with_section_of(item):
+    """A valid tree, with the optional section (model.lora, model.tiny) that holds `item` switched on."""
+    tree = copy.deepcopy(VALID)
+    section = item.path.rsplit(".", 1)[0]
+    if section.endswith((".lora", ".tiny")):
+        _set(tree, section, {})
+    return tree
+
+
 BOUNDED = [item for item in KEYS if {item.spec.gt, item.spec.ge, item.spec.lt, item.spec.le} != {None}]
 CHOICES = [item for item in KEYS if item.spec.choices and not item.path.endswith(".name")]
 
 
 @pytest.mark.parametrize("item", BOUNDED, ids=lambda item: item.path)
 def test_each_declared_bound_is_enforced(item):
-    section = item.path.rsplit(".", 1)[0]
-    tree = copy.deepcopy(VALID)
-    if section.endswith((".lora", ".tiny")):
-        _set(tree, section, {})
+    tree = _valid_with_section_of(item)
     value = _outside(item.spec)
     value = float(value) if "float" in str(item.type) else int(value)
     with pytest.raises(ConfigError) as err:
@@ -84,10 +90,7 @@ def test_each_declared_bound_is_enforced(item):
 
 @pytest.mark.parametrize("item", CHOICES, ids=lambda item: item.path)
 def test_each_declared_choice_list_is_enforced(item):
-    section = item.path.rsplit(".", 1)[0]
-    tree = copy.deepcopy(VALID)
-    if section.endswith((".lora", ".tiny")):
-        _set(tree, section, {})
+    tree = _valid_with_section_of(item)
     bad = ["no_such_value"] if isinstance(item.default, list) else "no_such_value"
     with pytest.raises(ConfigError) as err:
         _validate(_set(tree, item.path, bad))
