@@ -1,6 +1,6 @@
 """A Trinity run's failed-episode limit (`backbone/trinity/health.py`), counted as the debug backbone counts
 it: per step, against the step's episodes. The Ray side (the named actor, stopping Trinity's explorer) runs
-in tests/backbone/trinity/test_trinity_e2e.py."""
+in tests/backbone/trinity_backbone/test_trinity_e2e.py."""
 
 from __future__ import annotations
 

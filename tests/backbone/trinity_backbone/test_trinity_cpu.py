@@ -1,6 +1,6 @@
 """The trinity backbone's CPU mode as Trinity itself reads it (its `check_and_update()`), the vLLM plug-in that
 carries it into vLLM's processes, and astuner's per-episode operators inside Trinity's experience pipeline.
-The run itself is tests/backbone/trinity/test_trinity_e2e.py. Trinity environment only."""
+The run itself is tests/backbone/trinity_backbone/test_trinity_e2e.py. Trinity environment only."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The debug backbone with the in-process vLLM engine (weights synced each step, resume). Runs only where
-vllm is installed: `pytest -m vllm tests/backbone/debug/test_vllm_backbone.py`."""
+vllm is installed: `pytest -m vllm tests/backbone/debug_backbone/test_vllm_backbone.py`."""
 
 from __future__ import annotations
 
