@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from astuner.errors import DataError, RunDirError
 
@@ -48,21 +48,43 @@ def check_tasks(cfg: Any, extra_roots: Sequence[Path], offline: bool) -> str:
     reader = build_task_reader(cfg, extra_roots)
     train = reader.train_tasks()
     val = reader.val_tasks()
-    return f"tasks: {len(train)} training, {len(val)} validation"
+    note = f"tasks: {len(train)} training, {len(val)} validation"
+    bare = [t for t in train + val if not t.has_query]
+    if bare:  # a raw row is a task: the workflow reads the row; only code that asks for a query needs one
+        note += (f" ({len(bare)} without a query, handed to the workflow as their rows: {bare[0].task_id} "
+                 f"{bare[0].no_query})")
+    return note
 
 
 def check_model(cfg: Any, extra_roots: Sequence[Path], offline: bool = True) -> str:
     """`model.path` must be a model folder (config.json naming a model type, tokenizer and weight files),
-    a hub id, or a tiny model to create; a note on which."""
+    a hub id, or a tiny model to create; a note on which. So must each `auxiliary_models` entry's path."""
+    notes = [check_model_at(cfg.model.path, cfg.model.tiny, "astuner.model.path", extra_roots, offline)]
+    for name, entry in auxiliary_entries(cfg).items():
+        notes.append(f"auxiliary {name}: " + check_model_at(entry.path, entry.tiny, f"astuner.auxiliary_models.{name}",
+                                                              extra_roots, offline))
+    return "; ".join(notes)
+
+
+def auxiliary_entries(cfg: Any) -> dict[str, Any]:
+    from astuner.model.auxiliary import auxiliary_specs
+
+    return auxiliary_specs(cfg.auxiliary_models)
+
+
+def check_model_at(raw: str, tiny: Any, key: str, extra_roots: Sequence[Path], offline: bool) -> str:
     from astuner.config.paths import find_user_path, tried_paths
     from astuner.model.model_path import looks_like_hub_id
 
-    raw = cfg.model.path
-    found = find_user_path(raw, extra_roots)
-    key = "astuner.model.path"
-    if found is None:
-        if cfg.model.tiny is not None:
+    if tiny is not None:  # the folder is raw itself (from the cwd), as model_path.resolve_local_model creates it
+        target = Path(raw).expanduser()
+        target = target if target.is_absolute() else Path.cwd() / target
+        if not target.exists():
             return f"model: the tiny model {raw} is created on first use"
+        found: Optional[Path] = target
+    else:
+        found = find_user_path(raw, extra_roots)
+    if found is None:
         if Path(raw).expanduser().is_absolute() or not looks_like_hub_id(raw):
             raise DataError(f"{key}: no model folder {raw!r} (looked at {tried_paths(raw, extra_roots)}); "
                             f"create it or give a hub id (organisation/name)")

@@ -207,8 +207,10 @@ class ModelConfig:
 class MultiTurnConfig:
     """Multi-turn episodes."""
 
-    max_sample_per_task: int = key(4, "Training samples kept per episode when its calls cannot be merged into one "
-                                      "sample.", gt=0, backbones=NOT_VERL)
+    max_sample_per_task: Optional[int] = key(
+        4, "Training samples kept per episode when its calls cannot be merged into one sample (those with the most "
+        "generated tokens; the rest are dropped, counted in rollout/dropped_samples and logged). null = every one, "
+        "as Trinity-RFT trains every call: what tune() and a Trinity-RFT config set.", gt=0, backbones=NOT_VERL)
 
 
 @dataclass
@@ -237,7 +239,9 @@ class RolloutConfig:
                                             "compute_madness_checklist).")
     compute_madness_checklist: list[str] = key(
         ["nonsense"], "Madness checks applied to every episode: nonsense (leaked special tokens, runaway "
-        "repetition), wrong_toolcall (tool calls that do not parse).", choices=MADNESS_CHECKS,
+        "repetition), wrong_toolcall (tool calls that do not parse); an episode that fails one gets "
+        "agent_madness_reward instead of its own (counted in rollout/madness_rate and logged). [] = none: what "
+        "tune() and a Trinity-RFT config set.", choices=MADNESS_CHECKS,
         message="unknown madness check {value!r} in astuner.rollout.compute_madness_checklist; known checks: {choices}")
     tensor_model_parallel_size: int = key(1, "Tensor-parallel size of each inference engine.", gt=0)
     max_num_seqs: int = key(64, "Sequences an inference engine generates at once.", gt=0)
@@ -287,6 +291,27 @@ class RolloutConfig:
         "qwen3) / none (kept as text). gpt_oss replies carry their own analysis channel.",
         choices=REASONING_PARSERS, aliases=tuple(REASONING_ALIASES))
     val_kwargs: ValKwargsConfig = section(ValKwargsConfig)
+    workflow_args: dict[str, Any] = key(
+        {}, "Arguments for the workflow (a Trinity-RFT taskset's workflow_args): workflow_task.workflow_args, and "
+        "task['workflow_args'] for a workflow function (unless the row has that field).")
+    trainable_targets: Optional[list[str]] = key(
+        None, "The agents whose calls are trained (by agent name: an AgentScope agent's name, or the name given to "
+        "model_tuner.register_model); calls of the others are recorded but not trained on. null = the workflow "
+        "class's trainable_targets, else every agent.", rule=lambda v: all(isinstance(n, str) and n for n in v),
+        must="a list of agent names")
+
+
+@dataclass
+class AuxiliaryModelConfig:
+    """A frozen model the workflow's other agents talk to (never trained), served in-process by an hf engine."""
+
+    path: Optional[str] = key(None, "A local model folder (or hub id); with tiny, where the tiny model is made.")
+    tiny: Optional[TinyModelConfig] = key(None, "As model.tiny: a tiny random model created at path when absent.")
+    temperature: float = key(1.0, "Sampling temperature.", ge=0)
+    top_p: float = key(1.0, "Nucleus sampling threshold.", gt=0, le=1)
+    max_tokens: int = key(512, "Most tokens generated per call.", gt=0)
+    max_model_len: int = key(4096, "Context length (prompt + reply of one call).", gt=1)
+    enable_thinking: Optional[bool] = key(None, "The chat template's enable_thinking (Qwen3); null = its default.")
 
 
 @dataclass
@@ -454,3 +479,8 @@ class AstunerConfig:
     task_judge: TaskJudgeConfig = section(TaskJudgeConfig)
     trainer_common: TrainerCommonConfig = section(TrainerCommonConfig)
     data_processor: DataProcessorConfig = section(DataProcessorConfig)
+    auxiliary_models: dict[str, AuxiliaryModelConfig] = key(
+        {}, "Frozen models by name, never trained, for the workflow's other agents (opponents, a judge model): "
+        "name -> a model folder, or {path, tiny, temperature, top_p, max_tokens, max_model_len, enable_thinking}. "
+        "A workflow function gets them as auxiliary_models; a Workflow class as workflow_task.auxiliary_models. "
+        "tune(auxiliary_models=...) adds to them.", backbones=DEBUG)

@@ -119,7 +119,23 @@ class _Builder:
                 items.append(out)
             return ok_all, items
         if origin is dict:
-            return (True, dict(value)) if isinstance(value, Mapping) else bad()
+            if not isinstance(value, Mapping):
+                return bad()
+            item_tp = (typing.get_args(tp) or (str, Any))[1]
+            if not dataclasses.is_dataclass(item_tp):
+                return True, dict(value)
+            # name -> entry (a string is its `path`): each entry is a section of its own
+            entries = {}
+            for name, entry in value.items():
+                where = f"{path}.{name}"
+                entry = {"path": entry} if isinstance(entry, str) else entry
+                if not isinstance(entry, Mapping):
+                    self.error(where, f"{where} must be a model folder or a mapping, got {entry!r}")
+                    continue
+                if not entry.get("path"):
+                    self.error(where, f"{where}.path is not set; name the model folder")
+                entries[str(name)] = self.build(item_tp, entry, where)
+            return True, entries
         if tp is bool:
             return (True, value) if isinstance(value, bool) else bad()
         if tp is int:

@@ -32,3 +32,30 @@ def frozen_model(config: Any, name: str) -> FrozenChatModel:
     kwargs = {} if config.enable_thinking is None else {"enable_thinking": config.enable_thinking}
     return FrozenChatModel(engine, tokenizer, sampling, config.max_model_len, chat_template_kwargs=kwargs,
                            model_name=name)
+
+
+_BUILT: dict[tuple, FrozenChatModel] = {}  # one engine per model and settings in a process, however many runs ask
+
+
+def auxiliary_specs(entries: Any) -> dict[str, Any]:
+    """`astuner.auxiliary_models` (name -> AuxiliaryModelConfig) as it is; {} when unset."""
+    return dict(entries or {})
+
+
+def config_auxiliary_models(cfg: Any, extra_roots: list[Any]) -> dict[str, FrozenChatModel]:
+    """`astuner.auxiliary_models` as frozen chat models (a tiny model is created at its path first)."""
+    from types import SimpleNamespace
+
+    from astuner.model.model_path import resolve_local_model
+
+    out = {}
+    for name, entry in auxiliary_specs(cfg.auxiliary_models).items():
+        path = resolve_local_model(entry.path, entry.tiny, f"astuner.auxiliary_models.{name}", list(extra_roots))
+        settings = (name, path, entry.temperature, entry.top_p, entry.max_tokens, entry.max_model_len,
+                    entry.enable_thinking)
+        if settings not in _BUILT:
+            _BUILT[settings] = frozen_model(SimpleNamespace(
+                model_path=path, temperature=entry.temperature, top_p=entry.top_p, max_tokens=entry.max_tokens,
+                max_model_len=entry.max_model_len, enable_thinking=entry.enable_thinking), name)
+        out[name] = _BUILT[settings]
+    return out

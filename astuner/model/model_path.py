@@ -15,25 +15,33 @@ from astuner.config.paths import find_user_path
 def resolve_model_path(cfg: Any, extra_roots: list[Path]) -> str:
     """model.path as a local folder when it is one (creating the tiny model there if `model.tiny` asks
     for it), else the hub id as given; a folder path that does not exist is a `DataError`."""
-    raw = cfg.model.path
+    return resolve_local_model(cfg.model.path, cfg.model.tiny, "astuner.model.path", extra_roots,
+                               lambda: _tiny_corpus(cfg, extra_roots))
+
+
+def resolve_local_model(raw: str, tiny: Any, key: str, extra_roots: list[Path], corpus: Any = None) -> str:
+    """`raw` as a local model folder, or the hub id as given. With `tiny` (a TinyModelConfig) the folder is
+    `raw` itself (relative: from the cwd, where it is created when absent): a folder of that name elsewhere
+    (a parent of the config's folder) is never taken for it. `corpus()`: texts the tiny tokenizer learns."""
+    if tiny is not None:
+        from astuner.model.tiny_model import DEFAULT_CORPUS, build_tiny_model, tiny_kv_heads
+
+        target = Path(raw).expanduser()
+        target = target if target.is_absolute() else Path.cwd() / target
+        if not target.exists():
+            logger.info(f"creating the tiny model {target} (seed {tiny.seed}, tokenizer {tiny.tokenizer})")
+            build_tiny_model(target, seed=tiny.seed, hidden_size=tiny.hidden_size, layers=tiny.layers,
+                             heads=tiny.heads, kv_heads=tiny_kv_heads(tiny.heads), tokenizer=tiny.tokenizer,
+                             corpus=corpus() if corpus else DEFAULT_CORPUS)
+        return str(target)
     found = find_user_path(raw, extra_roots)
     if found is not None:
         return str(found)
-    if cfg.model.tiny is not None:
-        from astuner.model.tiny_model import build_tiny_model, tiny_kv_heads
-
-        target = Path(raw) if Path(raw).is_absolute() else Path.cwd() / raw
-        t = cfg.model.tiny
-        logger.info(f"creating the tiny model {target} (seed {t.seed}, tokenizer {t.tokenizer})")
-        corpus = _tiny_corpus(cfg, extra_roots)
-        build_tiny_model(target, seed=t.seed, hidden_size=t.hidden_size, layers=t.layers, heads=t.heads,
-                         kv_heads=tiny_kv_heads(t.heads), tokenizer=t.tokenizer, corpus=corpus)
-        return str(target)
     if not looks_like_hub_id(raw):
         from astuner.config.paths import tried_paths
         from astuner.errors import DataError
 
-        raise DataError(f"astuner.model.path: no model folder {raw!r} (looked at {tried_paths(raw, extra_roots)}); "
+        raise DataError(f"{key}: no model folder {raw!r} (looked at {tried_paths(raw, extra_roots)}); "
                         f"create it first, or give a hub id (organisation/name)")
     return raw
 
@@ -52,5 +60,5 @@ def _tiny_corpus(cfg: Any, extra_roots: list[Path]) -> list[str]:
 
     reader = build_task_reader(cfg, extra_roots)
     tasks = reader.train_tasks() + reader.val_tasks()
-    texts = [t.main_query for t in tasks] + [str(v) for t in tasks for v in t.metadata.values()]
+    texts = [t.query_or_none or "" for t in tasks] + [str(v) for t in tasks for v in t.metadata.values()]
     return DEFAULT_CORPUS + texts

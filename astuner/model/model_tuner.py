@@ -13,6 +13,7 @@ sample trains on are exactly those the engine produced. Per call only what is ne
 from __future__ import annotations
 
 import asyncio
+import sys
 import uuid
 from typing import Any, Optional
 
@@ -28,6 +29,21 @@ from astuner.schema.calls import CallRecord, EpisodeRecorder
 from astuner.model.chat.tool_parser import parse_reply
 
 CONTEXT_EXHAUSTED_REPLY = "[The conversation has reached the model's context limit; the episode ends here.]"
+
+
+def calling_agent(depth: int = 24) -> Optional[str]:
+    """The name of the AgentScope agent whose method is calling the model (its `self` on the call stack), so that
+    every recorded call says which agent made it when agents share one ModelTuner; None when none is found."""
+    from agentscope.agent import AgentBase
+
+    frame = sys._getframe(2)
+    while frame is not None and depth > 0:
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, AgentBase):
+            name = getattr(owner, "name", None)
+            return str(name) if name else None
+        frame, depth = frame.f_back, depth - 1
+    return None
 
 
 class EpisodeClosed(RuntimeError):
@@ -70,6 +86,8 @@ class ModelTuner(ChatModelBase):
                        tool_choice: Optional[str] = None, **kwargs: Any) -> ChatResponse:
         if self.recorder.closed:
             raise EpisodeClosed("the episode is over (it timed out); this model call is refused")
+        # the agent: the name register_model gave, else the AgentScope agent that is calling
+        target = self.target if self.target != "default" else (calling_agent() or "default")
         msgs = normalize_messages(messages)
         tool_list = normalize_tools(tools)
         if tool_choice is not None:
@@ -77,7 +95,7 @@ class ModelTuner(ChatModelBase):
             if tool_choice == "none":
                 tool_list = None
         prompt_text = render_prompt(self.tokenizer, self.render, msgs, tool_list, self.chat_template_kwargs,
-                                    self.recorder.calls, self.target)  # only what is new since the last call
+                                    self.recorder.calls, target)  # only what is new since the last call
         prompt_ids = self._prompt_ids(prompt_text)
         if len(prompt_ids) + self.sampling.max_tokens > self.max_model_len:
             self.recorder.truncated = True
@@ -94,7 +112,7 @@ class ModelTuner(ChatModelBase):
         schemas = {t["function"]["name"]: t["function"].get("parameters") or {} for t in tool_list or []}
         parsed = parse_reply(reply_text, tool_names, *self.reply_format, schemas=schemas)
         self.recorder.add(CallRecord(
-            target=self.target, messages=msgs, tools=tool_list, prompt_text=prompt_text, prompt_ids=prompt_ids,
+            target=target, messages=msgs, tools=tool_list, prompt_text=prompt_text, prompt_ids=prompt_ids,
             response_ids=list(result.token_ids), logprobs=list(result.logprobs), finish_reason=result.finish_reason,
             response_text=reply_text, tool_call_errors=parsed.errors, decoded_response=decoded))
         content: list[Any] = []

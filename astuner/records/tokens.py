@@ -42,7 +42,7 @@ def token_record(episode_uuid: str, index: int, sample: Sample, pieces: TokenPie
     return {"episode_uuid": episode_uuid, "sample": index, "input_ids": sample.input_ids,
             "pieces": pieces(sample.input_ids), "prompt_length": prompt,
             "loss_mask": [0] * prompt + list(sample.loss_mask), "rollout_logprobs": full(sample.logprobs),
-            "trainer_logprobs": full(sample.trainer_logprobs), "advantage": sample.advantage}
+            "trainer_logprobs": full(sample.trainer_logprobs), "advantage": sample.advantage, "agent": sample.agent}
 
 
 def write_token_records(folder: Path, step: int, records: Iterable[dict[str, Any]]) -> Optional[Path]:

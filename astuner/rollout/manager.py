@@ -51,6 +51,7 @@ class EpisodeResult:
     recorder: EpisodeRecorder = field(default_factory=EpisodeRecorder)
     samples: list[Sample] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
+    text_metrics: dict[str, str] = field(default_factory=dict)  # the workflow's non-numeric metrics, as text
     duration_s: float = 0.0
 
 
@@ -70,6 +71,28 @@ class RolloutBatch:
         return out
 
 
+_WARNED_TEXT: set[str] = set()  # metric keys already warned about in this process
+
+
+def split_metrics(metrics: Any, prefix: str = "") -> tuple[dict[str, float], dict[str, str]]:
+    """A workflow's metrics as numbers (aggregated) and, for values that are not numbers, as text (recorded with
+    the episode, left out of the means); each text key is warned about once per process."""
+    numbers: dict[str, float] = {}
+    texts: dict[str, str] = {}
+    for key, value in dict(metrics or {}).items():
+        try:
+            if isinstance(value, (str, bytes)):
+                raise TypeError("text")  # float("3") would take a numeral string for a number
+            numbers[f"{prefix}{key}"] = float(value)  # numbers, booleans, numpy scalars, 0-d tensors
+        except (TypeError, ValueError):
+            texts[str(key)] = value if isinstance(value, str) else repr(value)
+            if key not in _WARNED_TEXT:
+                _WARNED_TEXT.add(key)
+                logger.warning(f"workflow metric {key!r} is not a number ({texts[str(key)][:60]!r}): kept as text in "
+                               f"the trajectories, left out of the metrics' means")
+    return numbers, texts
+
+
 def build_judge(judge_plugin: Any, cfg: AstunerConfig) -> Any:
     """A judge class is instantiated once per run with the config; a judge function is used as it is."""
     if inspect.isclass(judge_plugin) and issubclass(judge_plugin, BaseJudge):
@@ -86,6 +109,8 @@ class RolloutManager:
         self.env_client = env_client
         self._env_clients: dict[str, Any] = {}
         self.special_ids = set(getattr(tokenizer, "all_special_ids", []) or [])
+        targets = cfg.rollout.trainable_targets
+        self.trainable_targets = targets if targets is not None else getattr(workflow, "trainable_targets", None)
         from astuner.model.chat.tool_parser import resolve_format, resolve_reasoning
 
         # the replies' tool-call format (auto: from the chat template) and thinking, once for the run
@@ -119,6 +144,7 @@ class RolloutManager:
         with objects_frozen():  # no full garbage-collector pass over the whole process stops the loop meanwhile
             episodes = list(await asyncio.gather(*jobs))
         metrics = self._metrics(episodes, stats, time.perf_counter() - started)
+        self._log_interventions(episodes, stats, mode)
         failed = [e for e in episodes if e.failed]
         if check_error_rate and episodes and len(failed) / len(episodes) > ro.max_error_rate:
             first = (failed[0].error or "").strip().splitlines()
@@ -136,11 +162,12 @@ class RolloutManager:
             result = EpisodeResult(task=task, repeat_index=repeat_index, episode_uuid=episode_uuid)
             started = time.perf_counter()
             tuner = ModelTuner(self.engine, self.tokenizer, sampling, ro.max_model_len, result.recorder,
-                               trainable_targets=getattr(self.workflow, "trainable_targets", None),
+                               trainable_targets=self.trainable_targets,
                                chat_template_kwargs=ro.chat_template_kwargs, loop=asyncio.get_running_loop(),
                                reply_format=self.reply_format)
             env = self._env_handle(task, result.episode_uuid)
-            workflow_task = WorkflowTask(task=task, repeat_index=repeat_index, episode_uuid=result.episode_uuid, env=env)
+            workflow_task = WorkflowTask(task=task, repeat_index=repeat_index, episode_uuid=result.episode_uuid, env=env,
+                                         workflow_args=dict(ro.workflow_args), auxiliary_models=self.auxiliary_models)
             try:
                 output = await asyncio.wait_for(self._run_workflow(workflow_task, tuner), ro.episode_timeout_s)
                 converted = as_workflow_output(output)  # agentscope.tuner's WorkflowOutput is taken too
@@ -150,7 +177,9 @@ class RolloutManager:
                 result.output = output
                 result.reward, result.is_success, judge_metrics = await judge_episode(
                     self.judge, workflow_task, output, self.auxiliary_models)
-                result.metrics = {**{f"workflow/{k}": float(v) for k, v in output.metrics.items()}, **judge_metrics}
+                numbers, result.text_metrics = split_metrics(output.metrics, "workflow/")
+                judged, judged_text = split_metrics(judge_metrics)
+                result.metrics, result.text_metrics = {**numbers, **judged}, {**result.text_metrics, **judged_text}
             except asyncio.TimeoutError:
                 result.recorder.closed = True  # a workflow thread may run on: its calls are refused from now
                 result.failed, result.error = True, f"TimeoutError: the episode ran over {ro.episode_timeout_s}s"
@@ -177,7 +206,8 @@ class RolloutManager:
                 result.recorder.calls, task_id=task.task_id, episode_uuid=result.episode_uuid,
                 repeat_index=repeat_index, max_samples=ro.multi_turn.max_sample_per_task,
                 max_prompt_length=self.cfg.data.max_prompt_length,
-                max_response_length=self.cfg.data.max_response_length, stats=stats) if trained else []
+                max_response_length=self.cfg.data.max_response_length, stats=stats,
+                trainable=self.trainable_targets) if trained else []
             for sample in result.samples:
                 sample.reward = result.reward
                 sample.truncated |= result.recorder.truncated
@@ -206,6 +236,22 @@ class RolloutManager:
             return await run_in_own_thread(lambda: asyncio.run(call()))
         return await call()
 
+    def _log_interventions(self, episodes: list[EpisodeResult], stats: TrackerStats, mode: str) -> None:
+        """Say when a cap or a madness check changed what is trained: never silently."""
+        ro = self.cfg.rollout
+        if stats.dropped_samples:
+            logger.warning(f"{mode} rollout: {stats.dropped_samples} samples dropped beyond "
+                           f"astuner.rollout.multi_turn.max_sample_per_task ({ro.multi_turn.max_sample_per_task} per "
+                           f"episode; null keeps every one)")
+        if stats.overlong_prompts:
+            logger.warning(f"{mode} rollout: {stats.overlong_prompts} samples dropped: prompt longer than "
+                           f"astuner.data.max_prompt_length ({self.cfg.data.max_prompt_length})")
+        mad = [e for e in episodes if e.mad_reasons]
+        if mad:
+            logger.warning(f"{mode} rollout: {len(mad)} of {len(episodes)} episodes failed a madness check and got "
+                           f"reward {ro.agent_madness_reward} (astuner.rollout.compute_madness_checklist; [] turns it "
+                           f"off): {mad[0].mad_reasons[0]}")
+
     def _metrics(self, episodes: list[EpisodeResult], stats: TrackerStats, elapsed: float) -> dict[str, float]:
         n = max(len(episodes), 1)
         rewards = [e.reward for e in episodes] or [0.0]
@@ -219,6 +265,11 @@ class RolloutManager:
             "rollout/calls_per_episode": stats.calls / n,
             "rollout/samples_per_episode": stats.samples / n,
             "rollout/merge_ratio": stats.merged_calls / multi_call if multi_call else 1.0,
+            # what the tracker left out: samples beyond multi_turn.max_sample_per_task, prompts over
+            # data.max_prompt_length, responses cut to data.max_response_length (counts over the step)
+            "rollout/dropped_samples": float(stats.dropped_samples),
+            "rollout/overlong_prompts": float(stats.overlong_prompts),
+            "rollout/clipped_samples": float(stats.clipped_samples),
             "rollout/response_tokens_mean": statistics.fmean(generated),
             "reward/mean": statistics.fmean(rewards),
             "reward/std": statistics.pstdev(rewards),

@@ -24,6 +24,7 @@ class Sample:
     num_calls: int = 1
     truncated: bool = False
     advantage: float = 0.0
+    agent: str = ""  # the agent whose calls the sample holds (CallRecord.target)
     metadata: dict[str, Any] = field(default_factory=dict)
     # the trainer's log-probs of the response part before the step's update (its "old policy"), set by the
     # debug trainer for the trajectory viewer; None when the sample was not trained on

@@ -19,9 +19,16 @@ def _as_reward(value: Any, where: str) -> float:
 
 
 def task_as_dict(workflow_task: WorkflowTask) -> dict[str, Any]:
-    """What function-style workflows and judges receive as `task`: the dataset row plus task_id/main_query."""
+    """What function-style workflows and judges receive as `task`: the dataset row as it is (as agentscope.tuner
+    hands it), plus `task_id`, `main_query` where the task has one, and the run's `workflow_args` where it sets
+    them (a Trinity taskset's) and the row has no field of that name."""
     task = workflow_task.task
-    return {**task.metadata, "task_id": task.task_id, "main_query": task.main_query}
+    out = {**task.metadata, "task_id": task.task_id}
+    if task.has_query:
+        out["main_query"] = task.main_query
+    if workflow_task.workflow_args and "workflow_args" not in out:
+        out["workflow_args"] = dict(workflow_task.workflow_args)
+    return out
 
 
 async def judge_episode(judge: Optional[Any], workflow_task: WorkflowTask, output: WorkflowOutput,

@@ -12,25 +12,30 @@ TASK_FIELDS = ("task_id", "main_query", "init_messages", "env_type", "metadata")
 
 def row_to_task(row: Any, index: int, split: str, query_field: str, where: str) -> Task:
     """A row with `main_query` (and optionally the other Task fields) becomes that Task, its remaining
-    fields joining `metadata`; any other row takes its query from `query_field` and keeps the whole row as
-    metadata. The task id is the row's `task_id` or `id`, else '{split}_{index}'."""
+    fields joining `metadata`; any other row keeps the whole row as metadata and takes its query from
+    `query_field` where that is a string. A row without one (a game's seed, an environment's settings) is a
+    task with no query: the workflow reads the row, and a workflow or judge that asks for the query is told
+    which field it lacks. The task id is the row's `task_id` or `id`, else '{split}_{index}'."""
     if not isinstance(row, dict):
         raise DataError(f"{where}: a task row must be a JSON object, got {type(row).__name__}")
+    no_query = ""
     if "main_query" in row:
         query = row["main_query"]
         metadata = row.get("metadata") or {}
         if not isinstance(metadata, dict):
             raise DataError(f"{where}: 'metadata' must be an object, got {type(metadata).__name__}")
         metadata = {**metadata, **{k: v for k, v in row.items() if k not in TASK_FIELDS}}
-    elif query_field in row:
-        query = row[query_field]
-        metadata = dict(row)
+        if not isinstance(query, str):  # astuner's own row format names its query: it must be one
+            raise DataError(f"{where}: 'main_query' must be a string, got {type(query).__name__} {query!r}")
     else:
-        fields = ", ".join(sorted(map(str, row))) or "none"
-        raise DataError(f"{where}: the row has neither 'main_query' nor '{query_field}' (its fields: {fields}); "
-                        f"set astuner.task_reader.query_field to the field that holds the query")
-    if not isinstance(query, str):
-        raise DataError(f"{where}: the query must be a string, got {type(query).__name__} {query!r}")
+        metadata = dict(row)
+        query = row.get(query_field)
+        if not isinstance(query, str):
+            fields = ", ".join(sorted(map(str, row))) or "none"
+            no_query = (f"its row has no '{query_field}' (fields: {fields}; astuner.task_reader.query_field)"
+                        if query_field not in row else
+                        f"its '{query_field}' is {type(query).__name__} {short(query)}, not a string")
+            query = None
     init_messages = row.get("init_messages") or []
     if not isinstance(init_messages, list) or not all(
             isinstance(m, dict) and "role" in m and "content" in m for m in init_messages):
@@ -39,7 +44,16 @@ def row_to_task(row: Any, index: int, split: str, query_field: str, where: str) 
     task_id = str(raw_id) if raw_id is not None else f"{split}_{index}"
     env_type = row.get("env_type") or ""
     return Task(task_id=task_id, main_query=query, init_messages=init_messages, env_type=str(env_type),
-                metadata=metadata)
+                metadata=metadata, no_query=no_query)
+
+
+def short(value: Any, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def without_query(tasks: Iterable[Task]) -> list[Task]:
+    return [t for t in tasks if not t.has_query]
 
 
 def unique_ids(tasks: Iterable[Task], source: str) -> list[Task]:

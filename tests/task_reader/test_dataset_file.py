@@ -35,6 +35,33 @@ def test_query_field_is_configurable(tmp_path):
     assert read_jsonl_tasks(str(f), "train", "prompt")[0].main_query == "hi"
 
 
+@pytest.mark.parametrize("row,why", [
+    ({"seed": 0, "size": 4, "p": 0.8, "index": 3, "uid": "u"}, "its row has no 'question' (fields: index, p, seed, "
+                                                                 "size, uid; astuner.task_reader.query_field)"),
+    ({"question": 0, "seed": 0}, "its 'question' is int 0, not a string"),
+])
+def test_a_row_without_a_string_query_is_a_task_and_says_so_where_asked(tmp_path, row, why):
+    """A game's or an environment's row (agentscope.tuner hands the raw row to the workflow) is a valid task:
+    the row is its metadata, and reading its query raises NoQuery naming the field it lacks."""
+    from astuner.backbone.runtime import task_from_row, task_row
+    from astuner.schema import WorkflowTask
+    from astuner.schema.task import NoQuery
+    from astuner.task_judge.run_judge import task_as_dict
+
+    (task,) = read_jsonl_tasks(str(write_lines(tmp_path / "t.jsonl", [json.dumps(row)])), "train", "question")
+    assert task.metadata == row and not task.has_query and task.query_or_none is None
+    with pytest.raises(NoQuery) as info:
+        task.main_query
+    assert str(info.value) == (f"task 'train_0' has no query: {why}; read the row from workflow_task.task.metadata "
+                               f"(a function workflow gets it as `task`)")
+    assert isinstance(info.value, DataError)
+    given = task_as_dict(WorkflowTask(task=task, workflow_args={"trainable_target": "werewolf"}))
+    assert given == {**row, "task_id": "train_0", "workflow_args": {"trainable_target": "werewolf"}}
+    assert repr(task).startswith("Task(task_id='train_0', main_query=None")  # a repr never raises
+    again = task_from_row(task_row(task))  # how verl and Trinity carry a task to their workers
+    assert again == task and not again.has_query and again.no_query == task.no_query
+
+
 def test_gsm8k_train_file(gsm8k_dir):
     tasks = read_jsonl_tasks(str(gsm8k_dir / "train.jsonl"), "train", "question")
     assert len(tasks) == 7473
@@ -44,8 +71,7 @@ def test_gsm8k_train_file(gsm8k_dir):
 @pytest.mark.parametrize("lines,fragment", [
     (['{"main_query": "ok"}', '{"main_query": "x",'], "t.jsonl:2: invalid JSON"),
     (['{"main_query": "ok"}', '[1, 2]'], "t.jsonl:2: a task row must be a JSON object"),
-    (['{"text": "no query here"}'], "t.jsonl:1: the row has neither 'main_query' nor 'question' (its fields: text)"),
-    (['{"main_query": 5}'], "the query must be a string"),
+    (['{"main_query": 5}'], "'main_query' must be a string"),
     (['{"main_query": "q", "init_messages": "hello"}'], "'init_messages' must be a list"),
     (['{"task_id": 1, "main_query": "a"}', '{"task_id": 1, "main_query": "b"}'], "task id '1' appears twice"),
     (["", "  "], "holds no tasks"),

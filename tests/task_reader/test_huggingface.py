@@ -52,11 +52,11 @@ def test_parquet_and_save_to_disk(tmp_path):
         reader(tmp_path / "saved", train="dev").train_tasks()
 
 
-def test_rows_without_the_query_field(tmp_path):
+def test_rows_without_the_query_field_are_tasks_without_a_query(tmp_path):
     f = tmp_path / "rows.jsonl"
     f.write_text(json.dumps({"prompt": "a"}) + "\n")
-    with pytest.raises(DataError, match=r"rows.jsonl \[train\] row 0: the row has neither 'main_query' nor 'question'"):
-        reader(f).train_tasks()
+    (task,) = reader(f).train_tasks()
+    assert task.metadata == {"prompt": "a"} and not task.has_query
 
 
 def test_hub_id_offline_says_how_to_point_at_local_copy(tmp_path):

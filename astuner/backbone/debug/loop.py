@@ -102,8 +102,13 @@ class DebugTrainer:
         except ValueError as exc:
             raise DataError(f"astuner.task_reader.task_selector: {exc}") from None
         self.judge = build_judge(self.ctx.plugins.judge, cfg)
+        from astuner.model.auxiliary import config_auxiliary_models
+
+        # the config's frozen models, then tune()'s (which win on a shared name)
+        auxiliary = {**config_auxiliary_models(cfg, self.ctx.config.extra_roots),
+                     **(getattr(self.ctx, "auxiliary_models", None) or {})}
         self.manager = RolloutManager(cfg, self.ctx.plugins.workflow, self.judge, self.engine, self.tokenizer,
-                                      auxiliary_models=getattr(self.ctx, "auxiliary_models", None))
+                                      auxiliary_models=auxiliary)
         steps_per_epoch = self.selector.steps_per_epoch(cfg.data.train_batch_size)
         self.total_steps = tc.total_training_steps or tc.total_epochs * steps_per_epoch
         from astuner.records.monitors import open_monitors
@@ -338,7 +343,10 @@ class DebugTrainer:
                 # what was trained: per sample, its prompt, its response (generated tokens and, between calls,
                 # tool results and new turns) and the tokens with loss mask 1 (the generated ones)
                 "samples": [{"prompt_tokens": s.prompt_length, "response_tokens": len(s.loss_mask),
-                             "trained_tokens": sum(s.loss_mask), "num_calls": s.num_calls} for s in e.samples],
+                             "trained_tokens": sum(s.loss_mask), "num_calls": s.num_calls, "agent": s.agent}
+                            for s in e.samples],
+                "agents": sorted({c.target for c in e.recorder.calls}),
+                "metrics": {**e.metrics, **e.text_metrics},  # the workflow's and judge's, text ones as text
                 "metadata": e.output.metadata if e.output else None,
             })
         write_trajectories(self.run_dir.trajectories, step, rows)

@@ -102,7 +102,7 @@ class AstunerAgentLoop(AgentLoopBase):
         manager = RolloutManager(self.cfg, self.workflow, self.judge,
                                  VerlServerEngine(self.server_manager, self.stop_token_ids), self.tokenizer)
         batch = await manager.run([task], num_repeat=1, check_error_rate=False, sampling=sampling)
-        fallback_prompt = self.tokenizer.encode(task.main_query or " ", add_special_tokens=False) or [
+        fallback_prompt = self.tokenizer.encode(task.query_or_none or " ", add_special_tokens=False) or [
             self.stop_token_ids[0]]
         return episode_to_output(batch.episodes[0], int(self.rollout_config.prompt_length),
                                  int(self.rollout_config.response_length), fallback_prompt, self.stop_token_ids[0])

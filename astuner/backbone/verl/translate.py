@@ -230,6 +230,6 @@ def verl_task_row(task: Any, index: int) -> dict[str, Any]:
     """A row of verl's dataset for one astuner task (the agent loop rebuilds the task from extra_info)."""
     from astuner.backbone.runtime import task_row
 
-    return {"prompt": [{"role": "user", "content": task.main_query or task.task_id}], "data_source": "astuner",
+    return {"prompt": [{"role": "user", "content": task.query_or_none or task.task_id}], "data_source": "astuner",
             "reward_model": {"style": "astuner", "ground_truth": ""}, "agent_name": AGENT_NAME,
             "extra_info": {"index": index, **task_row(task)}}

@@ -244,7 +244,8 @@ async function episodePage(step, uuid) {
   const e = data.episode;
   crumbs([link(`step ${step}`, { step }), `task ${e.task_id} · repeat ${e.repeat_index}`]);
   const facts = [["reward", e.reward], ["advantage", e.advantage], ["success", e.is_success], ["failed", e.failed],
-    ["madness", e.madness], ["truncated", e.truncated], ["model calls", e.calls], ["uuid", e.episode_uuid]];
+    ["madness", e.madness], ["truncated", e.truncated], ["model calls", e.calls], ["agents", (e.agents || []).join(", ")],
+    ...Object.entries(e.metrics || {}).map(([k, v]) => [k, v]), ["uuid", e.episode_uuid]];
   const conversation = (e.messages || []).map(message);
   if (e.response !== null && e.response !== undefined) conversation.push(message({ role: "assistant", content: e.response }));
   const threshold = el("input", { id: "threshold", type: "number", step: "0.01", min: "0", value: "0.1", style: "width:5em" });
@@ -252,7 +253,7 @@ async function episodePage(step, uuid) {
   const draw = () => {
     const t = Number(threshold.value) || 0;
     samples.replaceChildren(...(data.samples.length ? data.samples.map((s) => el("div", {},
-      el("h2", {}, `sample ${s.sample} · advantage ${fmt(s.advantage, 4)} · ${s.input_ids.length} tokens, `,
+      el("h2", {}, `sample ${s.sample}` + (s.agent ? ` · agent ${s.agent}` : "") + ` · advantage ${fmt(s.advantage, 4)} · ${s.input_ids.length} tokens, `,
         `${s.loss_mask.filter((m) => m).length} trained` + (s.trainer_logprobs ? "" : " · not trained (no trainer log-probs)")),
       tokenView(s, t))) : [el("p", { class: "muted", text: "no training samples recorded for this episode" })]));
   };
