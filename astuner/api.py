@@ -84,6 +84,38 @@ class AlgorithmConfig:
     eval_interval_steps: int = arg(100)  # trainer_common.test_freq where there is a validation set
 
 
+# the astuner keys tune()'s arguments set, as tune() calls them (errors and notes name what the user wrote)
+OTHER_ARGUMENTS = {
+    "astuner.task_reader.huggingface_dat_repo.dataset_path": "DatasetConfig.path",
+    "astuner.task_reader.huggingface_dat_repo.dataset_name": "DatasetConfig.name",
+    "astuner.task_reader.huggingface_dat_repo.training_split": "DatasetConfig.split (train_dataset)",
+    "astuner.task_reader.huggingface_dat_repo.validation_split": "DatasetConfig.split (eval_dataset)",
+    "astuner.trainer_common.total_epochs": "DatasetConfig.total_epochs",
+    "astuner.trainer_common.total_training_steps": "DatasetConfig.total_steps (train_dataset)",
+    "astuner.data.max_prompt_length": "TunerModelConfig.max_model_len - max_tokens",
+    "astuner.data.max_response_length": "TunerModelConfig.max_tokens",
+    "astuner.rollout.max_response_length_in_one_turn": "TunerModelConfig.max_tokens",
+    "astuner.trainer_common.test_freq": "AlgorithmConfig.eval_interval_steps",
+    "astuner.rollout.multi_turn.max_sample_per_task": "tune(max_samples_per_episode=)",
+    "astuner.rollout.compute_madness_checklist": "tune(madness_checks=)",
+    "astuner.trainer_common.logger": "tune(monitor_type=)",
+}
+
+
+def tune_argument_names() -> dict[str, str]:
+    """astuner key -> the tune() argument that sets it."""
+    names = {f.metadata["key"]: f"{cls.__name__}.{f.name}" for cls in (TunerModelConfig, AlgorithmConfig)
+             for f in fields(cls) if f.metadata.get("key")}
+    return {**names, **OTHER_ARGUMENTS}
+
+
+def as_tune_arguments(text: str) -> str:
+    """`text` with each astuner key tune()'s arguments set named as that argument (the key in brackets)."""
+    names = tune_argument_names()
+    return re.sub(r"astuner(?:\.[A-Za-z_0-9]+)+",
+                  lambda m: f"{names[m.group(0)]} ({m.group(0)})" if m.group(0) in names else m.group(0), text)
+
+
 def _check_function(fn: Any, role: str, names: tuple[str, str]) -> None:
     expected = f"an async function ({names[0]}, {names[1]}, auxiliary_models=None)"
     if not inspect.iscoroutinefunction(fn):
@@ -107,11 +139,14 @@ def plugin_string(fn: Callable[..., Any]) -> str:
 
 def build_config(*, workflow_func: Callable, judge_func: Optional[Callable], train_dataset: DatasetConfig,
                  eval_dataset: Optional[DatasetConfig], model: TunerModelConfig, algorithm: AlgorithmConfig,
-                 project_name: str, experiment_name: str, monitor_type: Optional[str]) -> dict[str, Any]:
-    """The astuner tree (as a YAML-ready mapping) the arguments describe."""
+                 project_name: str, experiment_name: str, monitor_type: Optional[str],
+                 rewrites: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """The astuner tree (as a YAML-ready mapping) the arguments describe; `rewrites`: the caps and rewrites
+    (tune_rewrites), none by default."""
     from astuner.backbone.translate_common import deep_merge
 
-    tree: dict[str, Any] = {"project_name": project_name, "experiment_name": experiment_name}
+    tree: dict[str, Any] = {"project_name": project_name, "experiment_name": experiment_name,
+                            **deep_merge(tune_rewrites(None, None), rewrites or {})}
     for part in (dataset_keys(train_dataset, eval_dataset), model_keys(model),
                  algorithm_keys(algorithm, eval_dataset is not None)):
         tree = deep_merge(tree, part)
@@ -120,6 +155,20 @@ def build_config(*, workflow_func: Callable, judge_func: Optional[Callable], tra
         "task_judge": {"judge_protocol": plugin_string(judge_func) if judge_func else None},
         "trainer_common": monitor_logger(monitor_type)})
     return {"astuner": tree}
+
+
+def tune_rewrites(max_samples_per_episode: Optional[int], madness_checks: Optional[Any]) -> dict[str, Any]:
+    """What tune() does to an episode's samples and reward beyond the workflow's own reward: by default nothing,
+    as agentscope.tuner and Trinity-RFT (every trained call is a sample; no madness check replaces a reward)."""
+    if max_samples_per_episode is not None and (isinstance(max_samples_per_episode, bool)
+                                                or not isinstance(max_samples_per_episode, int)
+                                                or max_samples_per_episode < 1):
+        raise UserError(f"tune(max_samples_per_episode=) must be a positive integer or None (every sample), got "
+                        f"{max_samples_per_episode!r}")
+    if isinstance(madness_checks, str):
+        madness_checks = [madness_checks]
+    return {"rollout": {"multi_turn": {"max_sample_per_task": max_samples_per_episode},
+                        "compute_madness_checklist": list(madness_checks or [])}}
 
 
 def dataset_keys(train_dataset: DatasetConfig, eval_dataset: Optional[DatasetConfig]) -> dict[str, Any]:
@@ -233,8 +282,8 @@ def _load_composed(tree: dict[str, Any], name: str, config_path: Optional[str], 
             text = "; ".join(re.sub(rf"^{re.escape(str(staged))}(:\d+)?: ", "", line)
                              for line in str(exc).splitlines())
             if translation is None:
-                raise type(exc)(f"{text} (in the config tune() composed from "
-                                f"{config_path or 'its arguments'})") from None
+                raise type(exc)(f"{text if config_path else as_tune_arguments(text)} (in the config tune() composed "
+                                f"from {config_path or 'its arguments'})") from None
             raise _from_trinity(type(exc), text, config_path) from None
     roots = [Path(config_path).absolute().parent] if config_path else []
     roots.append(root_parent.absolute())
@@ -279,7 +328,8 @@ def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
          model: Optional[TunerModelConfig] = None, auxiliary_models: Optional[dict[str, Any]] = None,
          algorithm: Optional[AlgorithmConfig] = None, project_name: Optional[str] = None,
          experiment_name: Optional[str] = None, monitor_type: Optional[str] = None,
-         config_path: Optional[str] = None, backbone: str = "debug", resume: Optional[bool] = None) -> Path:
+         config_path: Optional[str] = None, backbone: str = "debug", resume: Optional[bool] = None,
+         max_samples_per_episode: Optional[int] = None, madness_checks: Optional[Any] = None) -> Path:
     """Train `workflow_func`'s agent; returns the run folder.
 
     `config_path` is an astuner YAML (an `astuner:` tree) or a Trinity-RFT config file, as agentscope.tuner
@@ -291,7 +341,13 @@ def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
     the run in that folder; None = the Trinity config's `continue_from_checkpoint`, else no. `backbone` "verl" /
     "trinity" run on the Ray cluster named by RAY_ADDRESS, else on a Ray head started for the run (as
     `astuner --with-ray`). Before anything is written, the checks `astuner --conf` runs (the run folder, the
-    trackers, every task row, the model folder) pass, or UserError says what to fix and nothing is left behind."""
+    trackers, every task row, the model folder) pass, or UserError says what to fix and nothing is left behind.
+
+    As agentscope.tuner, every trained call of an episode is a sample and the workflow's reward stands:
+    `max_samples_per_episode` caps an episode's samples (those with the most generated tokens are kept) and
+    `madness_checks` (["nonsense", "wrong_toolcall"]) gives an episode failing one astuner's madness reward;
+    both are logged when they act. A Trinity-RFT config file sets them (and any astuner key) in an `astuner:`
+    section; an astuner YAML keeps its own unless these arguments are given."""
     import yaml
     from loguru import logger
 
@@ -302,6 +358,9 @@ def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
     from astuner.compat.trinity import config as trinity_config
 
     _check_function(workflow_func, "workflow_func", ("task", "model"))
+    if auxiliary_models and backbone != "debug":
+        raise UserError(f"tune(auxiliary_models=...) are served on the debug backbone only in this version (backbone "
+                        f"{backbone!r}); use backbone=\"debug\"")
     if judge_func is not None:
         _check_function(judge_func, "judge_func", ("task", "response"))
     if config_path is None and (train_dataset is None or model is None):
@@ -327,14 +386,24 @@ def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
         resume = bool(translation and translation.continue_from_checkpoint)
         if translation and not resume and holds_run(root_parent / name):
             name = f"{name}_{time.strftime('%Y%m%d%H%M%S')}"  # Trinity's continue_from_checkpoint: false
+    rewrites = tune_rewrites(max_samples_per_episode, madness_checks)
     if config_path is None:
         overrides = build_config(workflow_func=workflow_func, judge_func=judge_func, train_dataset=train_dataset,
                                  eval_dataset=eval_dataset, model=model, algorithm=algorithm or AlgorithmConfig(),
-                                 project_name=project, experiment_name=name, monitor_type=monitor_type)
+                                 project_name=project, experiment_name=name, monitor_type=monitor_type,
+                                 rewrites=rewrites)
     else:
-        overrides = file_overrides(workflow_func=workflow_func, judge_func=judge_func, train_dataset=train_dataset,
-                                   eval_dataset=eval_dataset, model=model, algorithm=algorithm, project_name=project,
-                                   experiment_name=name, monitor_type=monitor_type, base=base)
+        if translation is not None:  # tune()'s defaults, under what the file's astuner: section sets
+            base = deep_merge({"astuner": tune_rewrites(None, None)}, base)
+        given = {"max_sample_per_task": max_samples_per_episode, "compute_madness_checklist": madness_checks}
+        overrides = deep_merge(file_overrides(
+            workflow_func=workflow_func, judge_func=judge_func, train_dataset=train_dataset, eval_dataset=eval_dataset,
+            model=model, algorithm=algorithm, project_name=project, experiment_name=name, monitor_type=monitor_type,
+            base=base), {"astuner": {"rollout": {
+                **({"multi_turn": rewrites["rollout"]["multi_turn"]} if given["max_sample_per_task"] is not None
+                   else {}),
+                **({"compute_madness_checklist": rewrites["rollout"]["compute_madness_checklist"]}
+                   if given["compute_madness_checklist"] is not None else {})}}})
     run = _load_composed(deep_merge(base, overrides), name, config_path, translation, root_parent)
     judge = judge_func
     if judge is None and run.astuner.task_judge.judge_protocol:
@@ -349,12 +418,21 @@ def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
             raise UserError(str(exc)) from None
 
     def explain(exc: Exception) -> Exception:
-        return exc if translation is None else _from_trinity(type(exc), str(exc), config_path)
+        if translation is not None:
+            return _from_trinity(type(exc), str(exc), config_path)
+        return exc if config_path is not None else type(exc)(as_tune_arguments(str(exc)))
+
+    def key_name(key: str) -> str:
+        return as_tune_arguments(key) if config_path is None else key
 
     def log_translation(run_dir: Any) -> None:
         if translation is None:
             return
         unread = "; ".join(f"{key} is not read ({why})" for key, why in translation.ignored.items())
+        unread += "".join(f"; {key} is taken as the {backbone} backbone's own way ({how})"
+                          for key, how in translation.approximated.items())
+        if translation.trinity_only:
+            unread += f"; applied on backbone trinity only: {', '.join(translation.trinity_only)}"
         logger.info(f"tune: {config_path} is a Trinity-RFT config, translated into {run_dir.config_path}"
                     + (f"; handed to Trinity-RFT: {', '.join(translation.passed)}" if translation.passed else "")
                     + (f"; taken as the {backbone} backbone's own weight sync (it trains and rolls out in step): "
@@ -370,7 +448,7 @@ def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
     run_dir = execute(RunRequest(
         config=run, plugins=Plugins(workflow=workflow_func, judge=judge), backbone=backbone, exp_dir=root_parent,
         resume=resume, with_ray=get_backbone(backbone).uses_ray, layout="tune", merged=_without_empty_trinity(run.merged),
-        auxiliary_models=aux, explain=explain, on_prepared=log_translation))
+        auxiliary_models=aux, explain=explain, on_prepared=log_translation, key_name=key_name))
     return run_dir.root
 
 

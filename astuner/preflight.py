@@ -125,6 +125,11 @@ def preflight(run_config: Any, exp_dir: Path, offline: bool, backbone: Any = Non
         return notes
     from astuner.config.keys import unread_by
 
+    if cfg.auxiliary_models and backbone.name != "debug":
+        from astuner.errors import ConfigError
+
+        raise ConfigError(f"astuner.auxiliary_models: served on the debug backbone only in this version (backbone "
+                          f"{backbone.name!r}); run there, or remove them")
     unread = unread_by(cfg, backbone.name)
     if unread:  # the declaration says which backbones read each key (README, config reference)
         notes.append(f"set but not read by the {backbone.name} backbone (no effect there): {', '.join(unread)}")

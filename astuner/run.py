@@ -33,6 +33,7 @@ class RunRequest:
     # raised UserErrors of the checks pass through this (tune() names the Trinity-RFT keys they came from)
     explain: Callable[[Exception], Exception] = lambda exc: exc
     on_prepared: Optional[Callable[[RunDir], None]] = None  # called once the run folder exists
+    key_name: Callable[[str], str] = lambda key: key  # an astuner key as the user set it (tune(): its argument)
 
 
 def execute(request: RunRequest) -> RunDir:
@@ -65,7 +66,7 @@ def execute(request: RunRequest) -> RunDir:
         if request.with_logview:
             viewer = _start_logview(run_dir.root, request, backbone)
         backbone.run(RunContext(config=run, plugins=request.plugins, run_dir=run_dir, with_ray=request.with_ray,
-                                with_logview=request.with_logview, auxiliary_models=aux))
+                                with_logview=request.with_logview, auxiliary_models=aux, key_name=request.key_name))
     except BaseException:
         mark_if_never_stepped(run_dir)
         raise

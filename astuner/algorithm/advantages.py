@@ -3,7 +3,9 @@
 - `grpo`: every sample of a group (all samples of a task's `num_repeat` episodes) is normalised against
   the group: A = (r - mean) / (std + eps) (or r - mean with `norm_by_std` False).
 - `multi_step_grpo`: the episodes of a group are normalised against each other, and every sample of an
-  episode shares its episode's advantage, however many samples (branches) the episode produced.
+  episode shares its episode's advantage, however many samples (branches) the episode produced; with
+  `step_norm` divided by the episode's trained calls (Trinity-RFT's enable_step_norm divides each step's
+  advantage by the run's step count: per token, the same).
 With one sample per episode both are the same. std and one-value groups as verl defines them (normalise).
 """
 
@@ -34,7 +36,7 @@ def normalise(values: Sequence[float], norm_by_std: bool, eps: float = 1e-6) -> 
 
 
 def assign_advantages(samples: Sequence[Sample], estimator: str, norm_by_std: bool = True,
-                      eps: float = 1e-6) -> None:
+                      eps: float = 1e-6, step_norm: bool = False) -> None:
     """Set `sample.advantage` in place; groups are keyed by task id."""
     if estimator not in ESTIMATORS:
         raise ValueError(f"unknown advantage estimator {estimator!r}; choose one of {', '.join(ESTIMATORS)}")
@@ -50,8 +52,11 @@ def assign_advantages(samples: Sequence[Sample], estimator: str, norm_by_std: bo
         for s in members:
             episodes.setdefault(s.episode_uuid, s.reward)
         adv = dict(zip(episodes, normalise(list(episodes.values()), norm_by_std, eps)))
+        calls: dict[str, int] = {}
         for s in members:
-            s.advantage = adv[s.episode_uuid]
+            calls[s.episode_uuid] = calls.get(s.episode_uuid, 0) + s.num_calls
+        for s in members:
+            s.advantage = adv[s.episode_uuid] / max(calls[s.episode_uuid], 1) if step_norm else adv[s.episode_uuid]
 
 
 def zero_variance_groups(samples: Sequence[Sample]) -> set[str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, runtime_checkable
 
 from astuner.errors import BackboneUnavailable
 
@@ -37,6 +37,8 @@ class RunContext:
     with_logview: bool = False
     # name -> AgentScope chat model handed to workflows and judges, never trained (the function API)
     auxiliary_models: dict[str, Any] = field(default_factory=dict)
+    # an astuner key as the user set it: itself, or the tune() argument that sets it (tune() runs)
+    key_name: Callable[[str], str] = lambda key: key
 
 
 @runtime_checkable

@@ -355,6 +355,12 @@ class AlgorithmConfig:
         "within the group; every sample of an episode shares its advantage).", choices=ESTIMATORS)
     norm_adv_by_std_in_grpo: bool = key(True, "Divide group-centred rewards by the group's standard deviation.",
                                         backbones=NOT_TRINITY)
+    adv_epsilon: float = key(1e-6, "The eps of (r - mean) / (std + eps) (Trinity-RFT's advantage_fn_args.epsilon).",
+                             gt=0, backbones=DEBUG)
+    step_norm: bool = key(False, "multi_step_grpo: divide an episode's advantage by its number of trained model calls, "
+                                 "so that long episodes do not weigh more (Trinity-RFT's advantage_fn_args."
+                                 "enable_step_norm: every step's advantage over the run's step count).",
+                          backbones=DEBUG)
     drop_zero_variance_groups: bool = key(True, "Drop groups whose rewards are all equal (they carry no signal); "
                                                 "counted in train/dropped_groups.", backbones=NOT_VERL)
     clip_ratio_low: float = key(0.2, "PPO clip range below 1 (ratio >= 1 - clip_ratio_low).", gt=0)

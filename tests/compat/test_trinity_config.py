@@ -147,11 +147,79 @@ def test_placement_of_the_run_folder_and_continuing():
 @pytest.mark.parametrize("backbone", ["debug", "verl"])
 def test_a_key_without_astuner_meaning_is_refused_on_debug_and_verl_naming_it(backbone):
     with pytest.raises(UserError) as info:
-        translated({"trainer": {"param_offload": True}, "algorithm": {"kl_loss_fn": "k2"}}, backbone=backbone)
+        translated({"trainer": {"critic_warmup": 5}, "algorithm": {"kl_loss_fn": "k2"}}, backbone=backbone)
     message = str(info.value)
     assert "\n" not in message and message.startswith("t.yaml (a Trinity-RFT config): ")
-    assert "trainer.param_offload=True" in message and "algorithm.kl_loss_fn='k2'" in message
+    assert "trainer.critic_warmup=5" in message and "algorithm.kl_loss_fn='k2'" in message
     assert f"which the {backbone} backbone cannot honour" in message and 'backbone="trinity"' in message
+
+
+def translation(extra: dict, backbone: str = "debug") -> tc.Translation:
+    return tc.translate(deep_merge(MINIMAL, extra), backbone=backbone, source="t.yaml")
+
+
+RUNTIME = {"explorer": {"over_rollout": {"ratio": 0.2, "wait_after_min": 15}, "dynamic_timeout": {"enable": True},
+                        "max_repeat_times_per_runner": 1, "rollout_model": {"enforce_eager": True}},
+           "trainer": {"ulysses_sequence_parallel_size": 2, "use_dynamic_bsz": False, "param_offload": True},
+           "buffer": {"trainer_input": {"experience_buffer": {"name": "w", "storage_type": "queue",
+                                                              "max_read_timeout": 7200}}}}
+
+
+@pytest.mark.parametrize("backbone", ["debug", "verl"])
+def test_keys_that_only_tune_trinitys_runtime_are_applied_on_trinity_only_and_listed(backbone):
+    """One config, debug first: what only shapes how Trinity runs (throughput, timeouts, queues, parallelism) is
+    listed once, and the run proceeds; with backbone trinity the same keys go to Trinity as they are."""
+    t = translation(RUNTIME, backbone=backbone)
+    assert sorted(t.trinity_only) == sorted([
+        "explorer.over_rollout.ratio", "explorer.over_rollout.wait_after_min", "explorer.dynamic_timeout.enable",
+        "explorer.max_repeat_times_per_runner", "explorer.rollout_model.enforce_eager",
+        "trainer.ulysses_sequence_parallel_size", "trainer.use_dynamic_bsz", "trainer.param_offload",
+        "buffer.trainer_input.experience_buffer.name", "buffer.trainer_input.experience_buffer.storage_type",
+        "buffer.trainer_input.experience_buffer.max_read_timeout"])
+    on_trinity = translation(RUNTIME, backbone="trinity")
+    assert on_trinity.trinity_only == [] and "explorer.over_rollout.ratio" in on_trinity.passed
+
+
+def test_semantic_trinity_keys_get_their_meaning_on_debug_or_a_reason():
+    """workflow_args reach the workflow, auxiliary models are served, the advantage takes its arguments; a replay
+    buffer that reuses experiences (off-policy) is refused with the reason."""
+    extra = {"buffer": {"explorer_input": {"taskset": {"workflow_args": {"trainable_target": "good_guy"}}},
+                        "train_batch_size": 2048,
+                        "trainer_input": {"experience_buffer": {"name": "w", "replay_buffer": {"enable": True}}}},
+             "algorithm": {"algorithm_type": "multi_step_grpo",
+                           "advantage_fn_args": {"epsilon": 1e-4, "enable_step_norm": True, "step_norm": True}},
+             "model": {"temperature": 0.7},
+             "explorer": {"auxiliary_models": [{"name": "participant", "model_path": "aux", "temperature": 0.1,
+                                                "max_response_tokens": 64, "max_model_len": 1024}]}}
+    t = translation(extra, backbone="debug")
+    a = t.tree["astuner"]
+    assert a["rollout"]["workflow_args"] == {"trainable_target": "good_guy"}
+    assert a["auxiliary_models"] == {"participant": {"path": "aux", "temperature": 0.1, "max_tokens": 64,
+                                                     "max_model_len": 1024}}
+    assert a["trainer_common"]["algorithm"]["adv_epsilon"] == 1e-4 and a["trainer_common"]["algorithm"]["step_norm"]
+    assert "never reads it" in t.ignored["algorithm.advantage_fn_args.step_norm"]
+    assert set(t.approximated) == {"buffer.train_batch_size", "buffer.trainer_input.experience_buffer.replay_buffer"}
+    with pytest.raises(UserError, match=r"explorer.auxiliary_models: auxiliary models are served on the debug backbone "
+                                        r"only in this version \(backbone 'verl'\)"):
+        translated(extra, backbone="verl")
+    reuse = deep_merge(extra, {"buffer": {"trainer_input": {"experience_buffer": {
+        "replay_buffer": {"reuse_cooldown_time": 5}}}}})
+    with pytest.raises(UserError, match=r"buffer.trainer_input.experience_buffer=.*no astuner meaning"):
+        translated(reuse, backbone="debug")
+    with pytest.raises(UserError, match=r"advantage_fn_args.std_cal_level: 'batch': astuner's advantage takes "
+                                        r"epsilon, enable_step_norm only"):
+        translated(deep_merge(extra, {"algorithm": {"advantage_fn_args": {"std_cal_level": "batch"}}}), backbone="debug")
+
+
+def test_an_astuner_section_in_a_trinity_config_sets_astuner_keys_over_the_translation():
+    from astuner.compat.trinity.config import is_trinity_config
+
+    conf = deep_merge(MINIMAL, {"astuner": {"rollout": {"compute_madness_checklist": ["nonsense"],
+                                                        "multi_turn": {"max_sample_per_task": 2}}}})
+    assert is_trinity_config(conf) and not is_trinity_config({"astuner": {}, "trainer": {}})
+    a = tc.translate(conf, backbone="debug", source="t.yaml").tree["astuner"]
+    assert a["rollout"]["compute_madness_checklist"] == ["nonsense"] and a["rollout"]["num_repeat"]
+    assert a["rollout"]["multi_turn"] == {"max_sample_per_task": 2}
 
 
 @pytest.mark.parametrize("extra,message", [
@@ -169,7 +237,7 @@ def test_a_key_without_astuner_meaning_is_refused_on_debug_and_verl_naming_it(ba
     ({"model": {"lora_configs": [{}, {}]}}, "model.lora_configs: astuner trains one LoRA adapter"),
     ({"stages": [{"stage_name": "sft"}]}, "stages: astuner runs one stage per tune() call"),
     ({"cluster": {"ray_address": "10.0.0.1:6379"}}, "cluster.ray_address: astuner takes the Ray cluster from "),
-    ({"explorer": {"auxiliary_models": [{"model_path": "judge"}]}}, "tune(auxiliary_models="),
+    ({"explorer": {"auxiliary_models": [{"model_path": "judge"}]}}, "explorer.auxiliary_models"),
     ({"buffer": {"explorer_input": {"default_workflow_type": "math_workflow"}}},
      "buffer.explorer_input.default_workflow_type: 'math_workflow': tune() trains workflow_func"),
     ({"buffer": {"explorer_input": {"taskset": {"format": {"system_prompt": "Be brief."}}}}},
@@ -205,7 +273,7 @@ def test_trinity_defaults_and_weight_sync_are_taken_on_debug():
     assert "trinity" not in t.tree and not t.passed
     for extra, key in (({"synchronizer": {"sync_interval": 2}}, "synchronizer.sync_interval=2"),
                        ({"synchronizer": {"sync_style": "fully_async"}}, "synchronizer.sync_style='fully_async'"),
-                       ({"buffer": {"train_batch_size": 64}}, "buffer.train_batch_size=64")):
+                       ({"buffer": {"batch_size": 8, "train_batch_size": 4}}, "buffer.train_batch_size=4")):
         with pytest.raises(UserError, match=re.escape(key)):
             translated(extra)
 

@@ -190,7 +190,8 @@ class DebugTrainer:
             self._setup()
             if self.start_step >= self.total_steps:
                 logger.info(f"nothing to do: the run finished its {self.total_steps} steps (checkpoint global_step_"
-                            f"{self.start_step}); raise astuner.trainer_common.total_training_steps to train further")
+                            f"{self.start_step}); raise "
+                            f"{self.ctx.key_name('astuner.trainer_common.total_training_steps')} to train further")
                 return
             warm = self._warm_start() if self.start_step == 0 and self.checkpoint is None and tc.sft.steps > 0 else {}
             if (tc.val_before_train or warm) and self.start_step == 0 and self.val_tasks:
@@ -283,7 +284,7 @@ class DebugTrainer:
         if al.drop_zero_variance_groups:
             dropped = zero_variance_groups(samples)
             samples = [s for s in samples if s.task_id not in dropped]
-        assign_advantages(samples, al.adv_estimator, al.norm_adv_by_std_in_grpo)
+        assign_advantages(samples, al.adv_estimator, al.norm_adv_by_std_in_grpo, al.adv_epsilon, al.step_norm)
         metrics = {**batch.metrics, **selection, **operator_metrics}
         if samples:
             metrics.update(self.policy.update(samples, cfg.rollout.temperature))

@@ -128,13 +128,34 @@ EVERYWHERE = {
     "stages": "astuner runs one stage per tune() call; run one call per stage",
     "cluster.ray_address": "astuner takes the Ray cluster from RAY_ADDRESS (or starts one); set that instead",
     "data_processor.task_pipeline": "astuner's task reader supplies the tasks; prepare the dataset before the run",
-    "explorer.auxiliary_models": "pass them as tune(auxiliary_models={name: TunerModelConfig(...)})",
     "checkpoint_job_dir": "Trinity derives it; astuner places the run under checkpoint_root_dir/project/group/name",
     "monitor.cache_dir": "Trinity derives it; astuner's monitor writes into the run folder",
     "log.save_dir": "Trinity derives it; astuner logs into the run folder",
     "buffer.cache_dir": "Trinity derives it from the run folder",
 }
 TASKSET_ONLY = "astuner reads tasks with its own reader and runs them with workflow_func"
+# keys (or sections, ending in ".") that only tune how Trinity-RFT runs: throughput, timeouts, queues, parallelism,
+# engines, memory, logging. The debug and verl backbones roll out and train in step in their own runtime, where
+# they change nothing the run learns: they are applied on backbone trinity only (and said so, once)
+TRINITY_RUNTIME = (
+    "explorer.over_rollout.", "explorer.dynamic_timeout.", "explorer.max_repeat_times_per_runner",
+    "explorer.runner_prepare_concurrency", "explorer.runner_prepare_max_retries", "explorer.concurrent_mode",
+    "explorer.runner_state_report_interval", "explorer.max_inflight_batches", "explorer.bench_on_latest_checkpoint",
+    "explorer.proxy_port", "explorer.listen_address", "explorer.service_status_check_interval",
+    "explorer.min_running_model_num", "explorer.db_url", "explorer.env_vars", "explorer.rollout_model.",
+    "explorer.max_retry_times", "trainer.ulysses_sequence_parallel_size", "trainer.use_dynamic_bsz",
+    "trainer.trainer_strategy", "trainer.save_hf_checkpoint", "trainer.save_strategy", "trainer.use_remove_padding",
+    "trainer.balance_batch", "trainer.param_offload", "trainer.optimizer_offload", "trainer.offload_policy",
+    "trainer.enable_preview", "trainer.trainer_type", "synchronizer.group_name", "synchronizer.wait_for_checkpoint",
+    "monitor.", "log.", "service.", "cluster.", "ray_namespace", "ignore_validator_suggestions",
+    "buffer.trainer_input.experience_buffer.name", "buffer.trainer_input.experience_buffer.storage_type",
+    "buffer.trainer_input.experience_buffer.max_read_timeout", "buffer.trainer_input.experience_buffer.path",
+    "buffer.trainer_input.experience_buffer.capacity", "buffer.trainer_input.experience_buffer.max_retry_times",
+    "buffer.trainer_input.experience_buffer.max_retry_interval",
+    "buffer.trainer_input.experience_buffer.enable_progress_bar")
+# Trinity-RFT 0.6's step-wise GRPO (multi_step_grpo) and GRPO advantage arguments -> astuner's; others refused
+ADVANTAGE_ARGS = {"epsilon": "trainer_common.algorithm.adv_epsilon",
+                  "enable_step_norm": "trainer_common.algorithm.step_norm"}
 
 
 @dataclass
@@ -146,12 +167,21 @@ class Translation:
     group: str = ""
     continue_from_checkpoint: bool = True
     accepted: list[str] = field(default_factory=list)  # keys taken as the backbone's way of doing what they ask
+    trinity_only: list[str] = field(default_factory=list)  # runtime keys applied on backbone trinity only
+    approximated: dict[str, str] = field(default_factory=dict)  # keys debug / verl honour their own way -> how
     passed: list[str] = field(default_factory=list)  # keys handed to Trinity-RFT in the trinity: subtree
     ignored: dict[str, str] = field(default_factory=dict)  # keys tune()'s functions leave unread -> why
 
 
+TRINITY_ONLY_TOP = frozenset({"buffer", "explorer", "synchronizer"})  # never top-level keys of an astuner YAML
+
+
 def is_trinity_config(tree: Any) -> bool:
-    return isinstance(tree, dict) and "astuner" not in tree and bool(set(tree) & TOP_LEVEL)
+    """Trinity's top-level keys and no `astuner:` tree, or Trinity's own sections with an `astuner:` section (astuner
+    keys set over the translation: what a Trinity config cannot say, such as caps and madness checks)."""
+    if not isinstance(tree, dict):
+        return False
+    return bool(set(tree) & TRINITY_ONLY_TOP) or ("astuner" not in tree and bool(set(tree) & TOP_LEVEL))
 
 
 def load(path: str | Path) -> dict[str, Any]:

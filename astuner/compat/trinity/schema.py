@@ -125,6 +125,8 @@ FN_ARGS = {
     'algorithm.kl_loss_fn_args': {'kl_coef': 0.001, 'adaptive': False, 'target_kl': None, 'horizon': None},
     'algorithm.entropy_loss_fn_args': {'entropy_coef': 0.0},
 }
+# Trinity-RFT 0.6's advantage functions' defaults (StepWiseGRPOAdvantageFn, GRPOGroupedAdvantage)
+ADVANTAGE_DEFAULTS = {'epsilon': 1e-6, 'enable_step_norm': False}
 # sub-trees taken as one value (compared whole with their default)
 UNITS = {'data_processor.task_pipeline', 'data_processor.experience_pipeline.operators',
          'data_processor.experience_pipeline.inputs', 'data_processor.experience_pipeline.output',

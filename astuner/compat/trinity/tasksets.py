@@ -12,7 +12,8 @@ from astuner.compat.trinity.values import set_path
 
 # a taskset's keys the translation reads
 READ = {"path", "split", "subset_name", "name", "repeat_times", "enable_progress_bar", "rollout_args.temperature",
-        "rollout_args.top_p", "rollout_args.max_tokens", "format.prompt_key", "default_workflow_type"} | {
+        "rollout_args.top_p", "rollout_args.max_tokens", "format.prompt_key", "default_workflow_type",
+        "workflow_args"} | {
     f"{s}.{k}" for s in ("task_selector", "data_selector") for k in ("selector_type", "seed", "feature_keys", "kwargs")}
 # a taskset's keys Trinity's own workflows and reward functions read, which tune()'s functions replace: the
 # workflow and judge receive the whole task row (as agentscope.tuner's adapter hands it to them)
@@ -62,6 +63,8 @@ class Tasksets:
                                                    "seed": sel.get("seed", 42),
                                                    "feature_keys": list(sel.get("feature_keys") or []),
                                                    "kwargs": dict(sel.get("kwargs") or {})}})
+        if t.get("workflow_args"):  # handed to the workflow: workflow_task.workflow_args, task["workflow_args"]
+            self.put("rollout.workflow_args", dict(t["workflow_args"]))
         prompt_key = (t.get("format") or {}).get("prompt_key")
         if prompt_key is not None:
             self.put("task_reader.query_field", prompt_key)
@@ -97,6 +100,9 @@ class Tasksets:
             self.refuse(name + ".subset_name", "astuner reads validation with the training set's subset_name")
         if _flat_get(e, "format.prompt_key") != _flat_get(t, "format.prompt_key"):
             self.refuse(name + ".format.prompt_key", "astuner reads one query field for training and validation")
+        if (e.get("workflow_args") or {}) != (t.get("workflow_args") or {}):
+            self.refuse(name + ".workflow_args", "astuner hands one workflow_args to the workflow, the training "
+                                                 "taskset's; make them the same")
         per_call = (e.get("rollout_args") or {}).get("max_tokens")
         rollout = self.a.get("rollout", {})
         if per_call is not None and min(per_call, rollout.get("max_model_len", per_call + 1) - 1) != \

@@ -10,7 +10,8 @@ from astuner.config.schema import OPERATORS, MultiTurnConfig
 from astuner.errors import UserError
 from astuner.compat.trinity import schema
 from astuner.compat.trinity import values
-from astuner.compat.trinity.config import ALGORITHMS, ALIASES, EVERYWHERE, KL_TYPES, MONITORS, SYNC_KEYS, Translation
+from astuner.compat.trinity.config import (ADVANTAGE_ARGS, ALGORITHMS, ALIASES, EVERYWHERE, KL_TYPES, MONITORS,
+                                           SYNC_KEYS, TRINITY_RUNTIME, Translation)
 from astuner.compat.trinity.tasksets import Tasksets
 from astuner.compat.trinity.values import set_path, short
 
@@ -56,6 +57,13 @@ class Translator(Tasksets):
         self.tasksets: list[str] = []  # the tasksets' dotted names, for suggestions
         self.a: dict[str, Any] = {}
         self.sections = {p.rsplit(".", i)[0] for p in self.defaults for i in range(1, p.count(".") + 1)}
+        conf = dict(conf)
+        self.section = conf.pop("astuner", None)  # astuner keys set over the translation
+        if self.section is not None and not isinstance(self.section, dict):
+            self.problems.append(f"astuner: must be a mapping of astuner keys, got {short(self.section)}")
+            self.section = None
+        self.approximated: dict[str, str] = {}
+        self.trinity_only: list[str] = []
         buffer = conf.get("buffer")
         self.explorer_input = (buffer.get("explorer_input") or {}) if isinstance(buffer, dict) else {}
         self._flatten(conf, "")
@@ -119,6 +127,8 @@ class Translator(Tasksets):
         self._model()
         self._lora()
         self._loop()
+        self._advantage()
+        self._auxiliary()
         self._tasksets()
         for path, why in EVERYWHERE.items():
             if self.given(path) and not _same(path, self.leaves[path], self.default(path)):
@@ -132,8 +142,11 @@ class Translator(Tasksets):
                     for p in self.unknown}
             wrong = [f"{p}: not a Trinity-RFT 0.6 config key{near[p]}" for p in self.unknown]
             raise UserError(f"{self.source} (a Trinity-RFT config): " + "; ".join(wrong + self.problems))
-        out.tree = {"astuner": self.a, **({"trinity": trinity} if trinity else {})}
+        from astuner.backbone.translate_common import deep_merge
+
+        out.tree = {"astuner": deep_merge(self.a, self.section or {}), **({"trinity": trinity} if trinity else {})}
         out.ignored = dict(self.ignored)
+        out.approximated = dict(self.approximated)
         return out
 
     def _cluster(self) -> None:
@@ -317,6 +330,11 @@ class Translator(Tasksets):
         most = g("buffer.batch_size") * g("algorithm.repeat_times")
         if per_step in (0, most):
             self.used.add("buffer.train_batch_size")  # Trinity's own count: astuner's step takes each step's samples
+        elif self.backbone != "trinity" and isinstance(per_step, int) and per_step > most:
+            self.used.add("buffer.train_batch_size")
+            self.approximated["buffer.train_batch_size"] = (
+                f"{per_step}: each step trains once on all the samples of its {most} episodes (Trinity counts "
+                f"experiences, one per model call, and may carry some to its next update)")
         elif self.backbone == "trinity" and isinstance(per_step, int) and per_step < most * MAX_SAMPLES_PER_EPISODE:
             # astuner pads each explorer step to what it can yield, so that it is one trainer step
             self.refuse("buffer.train_batch_size", f"{per_step} is below what one explorer step can yield (batch_size "
@@ -350,11 +368,83 @@ class Translator(Tasksets):
         ops = self.leaves.get("data_processor.experience_pipeline.operators")
         if ops and all(isinstance(op, dict) and op.get("name") in OPERATORS for op in ops):
             self.put("data_processor.experience_pipeline.operators", g("data_processor.experience_pipeline.operators"))
+        buffer = self.leaves.get("buffer.trainer_input.experience_buffer")
+        if self.backbone != "trinity" and isinstance(buffer, dict):
+            rest, rb = dict(buffer), buffer.get("replay_buffer")
+            if isinstance(rb, dict) and rb.get("reuse_cooldown_time") is None and \
+                    set(rb) <= {"enable", "priority_fn", "priority_fn_args"}:
+                del rest["replay_buffer"]
+            if all(_runtime_only(f"buffer.trainer_input.experience_buffer.{k}") for k in rest):
+                self.used.add("buffer.trainer_input.experience_buffer")
+                self.trinity_only.extend(f"buffer.trainer_input.experience_buffer.{k}" for k in rest)
+                if "replay_buffer" in buffer:
+                    self.approximated["buffer.trainer_input.experience_buffer.replay_buffer"] = (
+                        "without reuse_cooldown_time no experience is trained twice; each step's are trained "
+                        "together, in lockstep")
         if self.backbone != "trinity":
             for path in SYNC_KEYS:  # trained and rolled out in step: what sync_interval 1 asks, however it syncs
                 if self.given(path) and not _same(path, self.leaves[path], "fully_async"):
                     self.used.add(path)
                     self.accepted.append(path)
+
+    def _advantage(self) -> None:
+        """algorithm.advantage_fn_args: what astuner's advantage takes (epsilon, enable_step_norm) on debug; with
+        backbone trinity they go to Trinity as they are."""
+        args = self.leaves.get("algorithm.advantage_fn_args")
+        if self.backbone == "trinity" or not args:
+            return
+        self.used.add("algorithm.advantage_fn_args")
+        if not isinstance(args, dict):
+            self.refuse("algorithm.advantage_fn_args", f"must be a mapping, got {short(args)}")
+            return
+        for name, value in args.items():
+            path = f"algorithm.advantage_fn_args.{name}"
+            if name in ADVANTAGE_ARGS and (self.backbone == "debug" or value == schema.ADVANTAGE_DEFAULTS[name]):
+                self.put(ADVANTAGE_ARGS[name], value)
+            elif name == "step_norm" and self.leaves.get("algorithm.algorithm_type") == "multi_step_grpo":
+                self.ignored[path] = ("Trinity-RFT 0.6's step-wise GRPO takes it into **kwargs and never reads it "
+                                      "(it reads enable_step_norm), so it does nothing there either")
+            elif name in ADVANTAGE_ARGS:
+                self.refuse(path, f"{value!r}: the {self.backbone} backbone computes advantages its own way; remove it "
+                                  f"or use backbone=\"debug\" or \"trinity\"")
+            else:
+                self.refuse(path, f"{value!r}: astuner's advantage takes {', '.join(ADVANTAGE_ARGS)} only; remove it, "
+                                  f"or use backbone=\"trinity\" (it hands it to Trinity-RFT)")
+
+    def _auxiliary(self) -> None:
+        """explorer.auxiliary_models as astuner.auxiliary_models (debug: served in-process), by their `name`."""
+        models = self.leaves.get("explorer.auxiliary_models")
+        self.used.add("explorer.auxiliary_models")
+        if not models:
+            return
+        if self.backbone != "debug":
+            self.refuse("explorer.auxiliary_models", f"auxiliary models are served on the debug backbone only in this "
+                                                     f"version (backbone {self.backbone!r})")
+            return
+        if not isinstance(models, list):
+            self.refuse("explorer.auxiliary_models", f"must be a list of models, got {short(models)}")
+            return
+        out: dict[str, Any] = {}
+        for i, entry in enumerate(models):
+            where = f"explorer.auxiliary_models[{i}]"
+            if not isinstance(entry, dict) or not entry.get("name") or not entry.get("model_path"):
+                self.refuse(where, "needs a name (the workflow's auxiliary_models key) and a model_path")
+                continue
+            spec: dict[str, Any] = {"path": str(entry["model_path"])}
+            rollout = self.a.get("rollout", {})
+            # unset: Trinity takes the model section's value (its config validator), as here
+            inherited = {"temperature": self.leaves.get("model.temperature"), "top_p": self.leaves.get("model.top_p"),
+                         "max_response_tokens": rollout.get("max_response_length_in_one_turn"),
+                         "max_model_len": rollout.get("max_model_len"),
+                         "enable_thinking": self.leaves.get("model.enable_thinking")}
+            for key, target in (("temperature", "temperature"), ("top_p", "top_p"),
+                                ("max_response_tokens", "max_tokens"), ("max_model_len", "max_model_len"),
+                                ("enable_thinking", "enable_thinking")):
+                value = entry.get(key, inherited[key])
+                if value is not None:
+                    spec[target] = value
+            out[str(entry["name"])] = spec
+        self.put("auxiliary_models", out)
 
     def _rest(self, out: Translation) -> dict[str, Any]:
         """Keys not translated: at Trinity's default they change nothing; else to Trinity, or refused."""
@@ -366,14 +456,21 @@ class Translator(Tasksets):
             if self.backbone == "trinity":
                 set_path(trinity, path, value)
                 out.passed.append(path)
+            elif path not in self.force and _runtime_only(path):
+                self.trinity_only.append(path)
             else:
                 foreign.append(f"{path}={short(value)}")
         out.accepted = self.accepted
+        out.trinity_only = self.trinity_only
         if foreign:
             self.problems.append(f"{', '.join(foreign)}: Trinity-RFT settings with no astuner meaning, which the "
                                  f"{self.backbone} backbone cannot honour; remove them, or use backbone=\"trinity\" "
                                  f"(it hands them to Trinity-RFT)")
         return trinity
+
+
+def _runtime_only(path: str) -> bool:
+    return any(path == key or (key.endswith(".") and path.startswith(key)) for key in TRINITY_RUNTIME)
 
 
 class _Missing:

@@ -35,6 +35,7 @@ TASKSET = {
     **{f"{s}.{k}": spec for s in ("task_selector", "data_selector")
        for k, spec in (("selector_type", "str"), ("seed", "int"), ("feature_keys", "list|null"),
                        ("kwargs", "mapping|null"))},
+    "workflow_args": "mapping|null",
 }
 
 _KINDS = {"int": "an integer", "number": "a number", "str": "a string", "bool": "true or false",
