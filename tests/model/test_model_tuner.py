@@ -229,3 +229,18 @@ def test_tool_call_parser_auto_follows_the_chat_template(tokenizer):
 
     assert resolve_format("auto", tokenizer) == "hermes"  # the tiny model's ChatML + <tool_call> template
     assert resolve_format("openai", tokenizer) == "gpt_oss"
+
+
+def test_a_tiny_model_path_is_made_where_it_says_never_found_in_a_parent(tmp_path, monkeypatch):
+    """`model.path: tiny_model` with `model.tiny`: the folder is ./tiny_model (created there), even when a parent
+    of the config's folder holds a folder of that name."""
+    from astuner.config.schema import TinyModelConfig
+    from astuner.model.model_path import resolve_local_model
+
+    (tmp_path / "tiny_model").mkdir()  # something else's folder, in a parent
+    work = tmp_path / "project" / "sample"
+    work.mkdir(parents=True)
+    monkeypatch.chdir(work)
+    found = resolve_local_model("tiny_model", TinyModelConfig(hidden_size=32, layers=1, heads=2), "astuner.model.path",
+                                [tmp_path / "project", tmp_path])
+    assert found == str(work / "tiny_model") and (work / "tiny_model" / "config.json").is_file()

@@ -59,3 +59,50 @@ def test_response_clipped_and_overlong_prompt_dropped():
 def test_length_finish_marks_truncated():
     (s,), _ = samples_of([call([1], [2, 3], finish="length")])
     assert s.truncated
+
+
+def test_each_agent_has_its_own_chains_and_only_trainable_targets_are_trained():
+    """Two agents whose prompts happen to continue each other's still make samples of their own, each named; with
+    trainable_targets the other agents' calls are recorded but not trained on; max_samples None keeps every one."""
+    import dataclasses
+
+    wolf1, wolf2, villager = (dataclasses.replace(call([1, 2], [3]), target="Player1"),
+                              dataclasses.replace(call([1, 2, 3, 4], [5]), target="Player2"),
+                              dataclasses.replace(call([9], [8]), target="Player3"))
+    out, stats = samples_of([wolf1, wolf2, villager], max_samples=None)
+    assert [s.agent for s in out] == ["Player1", "Player2", "Player3"] and stats.merged_calls == 0
+    out, stats = samples_of([wolf1, wolf2, villager], trainable={"Player1", "Player2"})
+    assert [s.agent for s in out] == ["Player1", "Player2"] and stats.untrained_calls == 1
+    many = [dataclasses.replace(call([10 * i], [1]), target="w") for i in range(1, 7)]
+    assert len(samples_of(many, max_samples=None)[0]) == 6 and samples_of(many, max_samples=4)[1].dropped_samples == 2
+
+
+def test_a_cap_or_a_madness_rewrite_is_logged_and_counted(tiny_model_dir):
+    """What changes what is trained is said in the log and counted in the step's metrics, never silent."""
+
+
+    from loguru import logger
+
+    from astuner.config.schema import AstunerConfig
+    from astuner.model.engines.factory import load_tokenizer
+    from astuner.rollout.manager import EpisodeResult, RolloutManager
+    from astuner.rollout.tracker import TrackerStats
+    from astuner.schema import Task
+
+    cfg = AstunerConfig()
+    manager = RolloutManager(cfg, object, None, engine=None, tokenizer=load_tokenizer(str(tiny_model_dir)))
+    mad = EpisodeResult(task=Task("t"), repeat_index=0, episode_uuid="e", mad_reasons=["special token id 0"])
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="WARNING")
+    try:
+        manager._log_interventions([mad, EpisodeResult(task=Task("t"), repeat_index=1, episode_uuid="f")],
+                                   TrackerStats(dropped_samples=3, overlong_prompts=1), "train")
+    finally:
+        logger.remove(sink)
+    text = "".join(lines)
+    assert "3 samples dropped beyond astuner.rollout.multi_turn.max_sample_per_task (4 per episode" in text
+    assert "1 samples dropped: prompt longer than astuner.data.max_prompt_length" in text
+    assert "1 of 2 episodes failed a madness check and got reward -1.0" in text and "special token id 0" in text
+    metrics = manager._metrics([mad], TrackerStats(dropped_samples=3, overlong_prompts=1), 1.0)
+    assert metrics["rollout/dropped_samples"] == 3 and metrics["rollout/overlong_prompts"] == 1
+

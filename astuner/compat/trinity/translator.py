@@ -401,7 +401,7 @@ class Translator(Tasksets):
             path = f"algorithm.advantage_fn_args.{name}"
             if name in ADVANTAGE_ARGS and (self.backbone == "debug" or value == schema.ADVANTAGE_DEFAULTS[name]):
                 self.put(ADVANTAGE_ARGS[name], value)
-            elif name == "step_norm" and self.leaves.get("algorithm.algorithm_type") == "multi_step_grpo":
+            elif name == "step_norm" and self.leaves.get("algorithm.algorithm_type") in ("multi_step_grpo", None):
                 self.ignored[path] = ("Trinity-RFT 0.6's step-wise GRPO takes it into **kwargs and never reads it "
                                       "(it reads enable_step_norm), so it does nothing there either")
             elif name in ADVANTAGE_ARGS:

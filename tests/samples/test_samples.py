@@ -1,0 +1,107 @@
+"""agentscope-samples' tuner examples, shaped as written: each folder holds the sample's own `main.py` (the import
+swapped to astuner.tuner, model paths from the environment, CPU sizes), its Trinity-RFT config, and the same job
+as an astuner YAML. Both routes train on the debug backbone, run as a user runs them (a subprocess in the
+sample's folder): a single-agent environment game whose rows have no query, and a seven-player game where two
+trained players face five on a frozen auxiliary model, with a text metric and more than four trained calls per
+episode."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+ROWS = {"werewolves": [{"seed": i} for i in range(4)],
+        "frozen_lake": [{"seed": i, "size": 3, "p": 0.8, "index": i, "uid": f"lake-{i}"} for i in range(4)]}
+
+
+def sample(name: str, tmp_path: Path) -> Path:
+    folder = tmp_path / name
+    shutil.copytree(HERE / name, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    (folder / "data").mkdir()
+    (folder / "data" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS[name]))
+    return folder
+
+
+def run(argv: list[str], folder: Path, env: dict[str, str]) -> str:
+    done = subprocess.run(argv, cwd=folder, env={**os.environ, **env}, capture_output=True, text=True, timeout=900)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-3000:]
+    return log
+
+
+def records(root: Path) -> tuple[list[dict], list[dict], list[dict]]:
+    metrics = [json.loads(line) for line in (root / "metrics.jsonl").read_text().splitlines()]
+    episodes = [json.loads(line) for line in (root / "trajectories" / "step_1.jsonl").read_text().splitlines()]
+    with gzip.open(root / "trajectories" / "step_1.tokens.jsonl.gz", "rt") as fh:
+        tokens = [json.loads(line) for line in fh]
+    return metrics, episodes, tokens
+
+
+def check_werewolves(root: Path, log: str, trained_side: str) -> None:
+    metrics, episodes, tokens = records(root)
+    assert [m["step"] for m in metrics] == [1, 2]
+    # the trained side's players, named on every sample: 2 werewolves or 5 good guys, three turns each
+    side = 2 if trained_side == "werewolf" else 5
+    for e in episodes:
+        assert not e["failed"], e["error"]
+        assert len(e["agents"]) == side and all(a.startswith("Player") for a in e["agents"])
+        assert sum(s["num_calls"] for s in e["samples"]) == e["calls"] == 3 * side > 4  # every call trained
+        assert {s["agent"] for s in e["samples"]} == set(e["agents"])
+        assert e["metrics"]["trainable_target"] == trained_side  # a text metric, kept as text
+    assert all(t["agent"].startswith("Player") for t in tokens)
+    assert all("workflow/trainable_target" not in m for m in metrics) and "workflow/success" in metrics[0]
+    assert metrics[0]["rollout/dropped_samples"] == 0 and metrics[0]["rollout/madness_rate"] == 0
+    assert "workflow metric 'trainable_target' is not a number" in log
+
+
+def test_werewolves_main_py_trains_with_the_samples_trinity_config(tmp_path, tiny_model_dir):
+    folder = sample("werewolves", tmp_path)
+    log = run([sys.executable, "main.py"], folder, {
+        "TRINITY_MODEL_PATH": str(tiny_model_dir), "TRINITY_AUXILIARY_MODEL_PATH": str(tiny_model_dir),
+        "TRINITY_CHECKPOINT_ROOT_DIR": str(tmp_path / "ckpt")})
+    check_werewolves(tmp_path / "ckpt" / "AgentScope-Werewolves" / "Werewolves-7Player-GRPO-train-goodguy", log,
+                     "good_guy")  # the config's workflow_args reached the workflow
+    assert "applied on backbone trinity only: " in log and "explorer.over_rollout.ratio" in log
+    import yaml
+
+    written = yaml.safe_load((tmp_path / "ckpt" / "AgentScope-Werewolves" / "Werewolves-7Player-GRPO-train-goodguy" /
+                              "config.yaml").read_text())["astuner"]  # tune(): no cap, no reward rewrite
+    assert written["rollout"]["multi_turn"]["max_sample_per_task"] is None
+    assert written["rollout"]["compute_madness_checklist"] == []
+    assert written["auxiliary_models"]["participant"]["temperature"] == 0.1
+    assert "buffer.train_batch_size is taken as the debug backbone's own way" in log
+
+
+def test_werewolves_yaml_route_trains_with_a_frozen_auxiliary_model(tmp_path):
+    folder = sample("werewolves", tmp_path)
+    log = run([sys.executable, "-m", "astuner", "--conf", "werewolves.yaml", "--backbone=debug", "--exp-dir", "runs"],
+              folder, {})
+    check_werewolves(folder / "runs" / "werewolves_yaml", log, "werewolf")
+    assert (folder / "werewolves_participant" / "config.json").is_file()  # the tiny auxiliary model, made here
+
+
+@pytest.mark.parametrize("route", ["main.py", "yaml"])
+def test_frozen_lake_rows_without_a_query_train(tmp_path, tiny_model_dir, route):
+    folder = sample("frozen_lake", tmp_path)
+    if route == "main.py":
+        log = run([sys.executable, "main.py"], folder, {"TRINITY_MODEL_PATH": str(tiny_model_dir),
+                                                        "TRINITY_CHECKPOINT_ROOT_DIR": str(tmp_path / "ckpt")})
+        root = tmp_path / "ckpt" / "FrozenLake" / "frozen_lake_grpo"
+    else:
+        log = run([sys.executable, "-m", "astuner", "--conf", "frozen_lake.yaml", "--backbone=debug", "--exp-dir",
+                   "runs"], folder, {})
+        root = folder / "runs" / "frozen_lake_yaml"
+    metrics, episodes, _ = records(root)
+    assert [m["step"] for m in metrics] == [1, 2] and "4 without a query" in log
+    for e in episodes:
+        assert not e["failed"], e["error"]
+        assert e["agents"] == ["walker"] and e["calls"] >= 1 and e["metrics"]["map"] == "3x3"
+    assert {e["task_id"] for e in episodes} <= {f"lake-{i}" for i in range(4)} | {f"train_{i}" for i in range(4)}
