@@ -146,7 +146,7 @@ def build_config(*, workflow_func: Callable, judge_func: Optional[Callable], tra
     from astuner.backbone.translate_common import deep_merge
 
     tree: dict[str, Any] = {"project_name": project_name, "experiment_name": experiment_name,
-                            **deep_merge(tune_rewrites(None, None), rewrites or {})}
+                            **(rewrites or tune_rewrites(None, None))}
     for part in (dataset_keys(train_dataset, eval_dataset), model_keys(model),
                  algorithm_keys(algorithm, eval_dataset is not None)):
         tree = deep_merge(tree, part)
@@ -157,9 +157,11 @@ def build_config(*, workflow_func: Callable, judge_func: Optional[Callable], tra
     return {"astuner": tree}
 
 
-def tune_rewrites(max_samples_per_episode: Optional[int], madness_checks: Optional[Any]) -> dict[str, Any]:
+def tune_rewrites(max_samples_per_episode: Optional[int], madness_checks: Optional[Any],
+                  only_given: bool = False) -> dict[str, Any]:
     """What tune() does to an episode's samples and reward beyond the workflow's own reward: by default nothing,
-    as agentscope.tuner and Trinity-RFT (every trained call is a sample; no madness check replaces a reward)."""
+    as agentscope.tuner and Trinity-RFT (every trained call is a sample; no madness check replaces a reward).
+    `only_given`: the keys of the arguments given (not None) alone."""
     if max_samples_per_episode is not None and (isinstance(max_samples_per_episode, bool)
                                                 or not isinstance(max_samples_per_episode, int)
                                                 or max_samples_per_episode < 1):
@@ -167,8 +169,12 @@ def tune_rewrites(max_samples_per_episode: Optional[int], madness_checks: Option
                         f"{max_samples_per_episode!r}")
     if isinstance(madness_checks, str):
         madness_checks = [madness_checks]
-    return {"rollout": {"multi_turn": {"max_sample_per_task": max_samples_per_episode},
-                        "compute_madness_checklist": list(madness_checks or [])}}
+    rollout: dict[str, Any] = {}
+    if max_samples_per_episode is not None or not only_given:
+        rollout["multi_turn"] = {"max_sample_per_task": max_samples_per_episode}
+    if madness_checks is not None or not only_given:
+        rollout["compute_madness_checklist"] = list(madness_checks or [])
+    return {"rollout": rollout}
 
 
 def dataset_keys(train_dataset: DatasetConfig, eval_dataset: Optional[DatasetConfig]) -> dict[str, Any]:
@@ -386,24 +392,18 @@ def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
         resume = bool(translation and translation.continue_from_checkpoint)
         if translation and not resume and holds_run(root_parent / name):
             name = f"{name}_{time.strftime('%Y%m%d%H%M%S')}"  # Trinity's continue_from_checkpoint: false
-    rewrites = tune_rewrites(max_samples_per_episode, madness_checks)
     if config_path is None:
         overrides = build_config(workflow_func=workflow_func, judge_func=judge_func, train_dataset=train_dataset,
                                  eval_dataset=eval_dataset, model=model, algorithm=algorithm or AlgorithmConfig(),
                                  project_name=project, experiment_name=name, monitor_type=monitor_type,
-                                 rewrites=rewrites)
+                                 rewrites=tune_rewrites(max_samples_per_episode, madness_checks))
     else:
         if translation is not None:  # tune()'s defaults, under what the file's astuner: section sets
             base = deep_merge({"astuner": tune_rewrites(None, None)}, base)
-        given = {"max_sample_per_task": max_samples_per_episode, "compute_madness_checklist": madness_checks}
         overrides = deep_merge(file_overrides(
             workflow_func=workflow_func, judge_func=judge_func, train_dataset=train_dataset, eval_dataset=eval_dataset,
             model=model, algorithm=algorithm, project_name=project, experiment_name=name, monitor_type=monitor_type,
-            base=base), {"astuner": {"rollout": {
-                **({"multi_turn": rewrites["rollout"]["multi_turn"]} if given["max_sample_per_task"] is not None
-                   else {}),
-                **({"compute_madness_checklist": rewrites["rollout"]["compute_madness_checklist"]}
-                   if given["compute_madness_checklist"] is not None else {})}}})
+            base=base), {"astuner": tune_rewrites(max_samples_per_episode, madness_checks, only_given=True)})
     run = _load_composed(deep_merge(base, overrides), name, config_path, translation, root_parent)
     judge = judge_func
     if judge is None and run.astuner.task_judge.judge_protocol:

@@ -60,25 +60,18 @@ def check_model(cfg: Any, extra_roots: Sequence[Path], offline: bool = True) -> 
     """`model.path` must be a model folder (config.json naming a model type, tokenizer and weight files),
     a hub id, or a tiny model to create; a note on which. So must each `auxiliary_models` entry's path."""
     notes = [check_model_at(cfg.model.path, cfg.model.tiny, "astuner.model.path", extra_roots, offline)]
-    for name, entry in auxiliary_entries(cfg).items():
+    for name, entry in cfg.auxiliary_models.items():
         notes.append(f"auxiliary {name}: " + check_model_at(entry.path, entry.tiny, f"astuner.auxiliary_models.{name}",
                                                               extra_roots, offline))
     return "; ".join(notes)
 
 
-def auxiliary_entries(cfg: Any) -> dict[str, Any]:
-    from astuner.model.auxiliary import auxiliary_specs
-
-    return auxiliary_specs(cfg.auxiliary_models)
-
-
 def check_model_at(raw: str, tiny: Any, key: str, extra_roots: Sequence[Path], offline: bool) -> str:
     from astuner.config.paths import find_user_path, tried_paths
-    from astuner.model.model_path import looks_like_hub_id
+    from astuner.model.model_path import looks_like_hub_id, tiny_model_folder
 
-    if tiny is not None:  # the folder is raw itself (from the cwd), as model_path.resolve_local_model creates it
-        target = Path(raw).expanduser()
-        target = target if target.is_absolute() else Path.cwd() / target
+    if tiny is not None:  # the folder is raw itself (from the cwd), where model_path creates it
+        target = tiny_model_folder(raw)
         if not target.exists():
             return f"model: the tiny model {raw} is created on first use"
         found: Optional[Path] = target

@@ -37,11 +37,6 @@ def frozen_model(config: Any, name: str) -> FrozenChatModel:
 _BUILT: dict[tuple, FrozenChatModel] = {}  # one engine per model and settings in a process, however many runs ask
 
 
-def auxiliary_specs(entries: Any) -> dict[str, Any]:
-    """`astuner.auxiliary_models` (name -> AuxiliaryModelConfig) as it is; {} when unset."""
-    return dict(entries or {})
-
-
 def config_auxiliary_models(cfg: Any, extra_roots: list[Any]) -> dict[str, FrozenChatModel]:
     """`astuner.auxiliary_models` as frozen chat models (a tiny model is created at its path first)."""
     from types import SimpleNamespace
@@ -49,7 +44,7 @@ def config_auxiliary_models(cfg: Any, extra_roots: list[Any]) -> dict[str, Froze
     from astuner.model.model_path import resolve_local_model
 
     out = {}
-    for name, entry in auxiliary_specs(cfg.auxiliary_models).items():
+    for name, entry in cfg.auxiliary_models.items():
         path = resolve_local_model(entry.path, entry.tiny, f"astuner.auxiliary_models.{name}", list(extra_roots))
         settings = (name, path, entry.temperature, entry.top_p, entry.max_tokens, entry.max_model_len,
                     entry.enable_thinking)

@@ -26,8 +26,7 @@ def resolve_local_model(raw: str, tiny: Any, key: str, extra_roots: list[Path], 
     if tiny is not None:
         from astuner.model.tiny_model import DEFAULT_CORPUS, build_tiny_model, tiny_kv_heads
 
-        target = Path(raw).expanduser()
-        target = target if target.is_absolute() else Path.cwd() / target
+        target = tiny_model_folder(raw)
         if not target.exists():
             logger.info(f"creating the tiny model {target} (seed {tiny.seed}, tokenizer {tiny.tokenizer})")
             build_tiny_model(target, seed=tiny.seed, hidden_size=tiny.hidden_size, layers=tiny.layers,
@@ -44,6 +43,12 @@ def resolve_local_model(raw: str, tiny: Any, key: str, extra_roots: list[Path], 
         raise DataError(f"{key}: no model folder {raw!r} (looked at {tried_paths(raw, extra_roots)}); "
                         f"create it first, or give a hub id (organisation/name)")
     return raw
+
+
+def tiny_model_folder(raw: str) -> Path:
+    """Where a tiny model named `raw` lives (and is created): `raw` itself, a relative one from the cwd."""
+    target = Path(raw).expanduser()
+    return target if target.is_absolute() else Path.cwd() / target
 
 
 def looks_like_hub_id(raw: str) -> bool:

@@ -52,10 +52,6 @@ def short(value: Any, limit: int = 40) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def without_query(tasks: Iterable[Task]) -> list[Task]:
-    return [t for t in tasks if not t.has_query]
-
-
 def unique_ids(tasks: Iterable[Task], source: str) -> list[Task]:
     """The tasks as a list; duplicate task ids are an error (selectors and pass-rates key on them)."""
     seen: dict[str, int] = {}

@@ -76,7 +76,7 @@ def test_werewolves_main_py_trains_with_the_samples_trinity_config(tmp_path, tin
                               "config.yaml").read_text())["astuner"]  # tune(): no cap, no reward rewrite
     assert written["rollout"]["multi_turn"]["max_sample_per_task"] is None
     assert written["rollout"]["compute_madness_checklist"] == []
-    assert written["auxiliary_models"]["participant"]["temperature"] == 0.1
+    assert written["auxiliary_models"]["participant"]["path"] == str(tiny_model_dir)  # explorer.auxiliary_models
     assert "buffer.train_batch_size is taken as the debug backbone's own way" in log
 
 
