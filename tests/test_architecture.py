@@ -18,7 +18,7 @@ FLOORS = [
     {"schema"},
     {"config"},
     {"algorithm", "env_service", "tools", "records", "data", "task_judge"},
-    {"task_reader", "viewer"},
+    {"task_reader", "viewer", "gateway"},
     {"model"},
     {"workflow"},
     {"rollout", "plugins"},

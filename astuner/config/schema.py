@@ -224,6 +224,26 @@ class ValKwargsConfig:
 
 
 @dataclass
+class OpenAIGatewayConfig:
+    """The OpenAI-compatible endpoint agents that keep their own model client reach the trained model through
+    (astuner.gateway): POST /v1/chat/completions and GET /v1/models, one key per episode."""
+
+    enable: bool = key(
+        False, "Hand every episode an OpenAI base URL and key: workflow_task.openai_base_url / openai_api_key, "
+        "task['openai_base_url'] / task['openai_api_key'] for a workflow function. model_tuner.as_openai_base_url() "
+        "works without it.")
+    host: str = key("127.0.0.1", "Address it listens on, in each process that runs episodes (the agent runs there "
+                                 "too); the URL handed out uses 127.0.0.1 for 0.0.0.0.",
+                    rule=lambda v: bool(v.strip()), must="a host name or address")
+    port: int = key(0, "Port; 0 = one the OS picks. A fixed port serves one process only (verl runs several "
+                       "agent-loop workers: leave 0 there).", ge=0, le=65535)
+    request_sampling: bool = key(
+        False, "Sample at a request's temperature / top_p. false: the run's rollout temperature and top_p, which the "
+        "trainer's log-probs assume; a request's own values are logged once and not used. max_tokens is always "
+        "taken, up to max_response_length_in_one_turn.")
+
+
+@dataclass
 class RolloutConfig:
     """How episodes are run and sampled."""
 
@@ -291,6 +311,7 @@ class RolloutConfig:
         "qwen3) / none (kept as text). gpt_oss replies carry their own analysis channel.",
         choices=REASONING_PARSERS, aliases=tuple(REASONING_ALIASES))
     val_kwargs: ValKwargsConfig = section(ValKwargsConfig)
+    openai_gateway: OpenAIGatewayConfig = section(OpenAIGatewayConfig)
     workflow_args: dict[str, Any] = key(
         {}, "Arguments for the workflow (a Trinity-RFT taskset's workflow_args): workflow_task.workflow_args, and "
         "task['workflow_args'] for a workflow function (unless the row has that field).")

@@ -54,6 +54,11 @@ class EpisodeResult:
     text_metrics: dict[str, str] = field(default_factory=dict)  # the workflow's non-numeric metrics, as text
     duration_s: float = 0.0
 
+    @property
+    def tool_parse_failures(self) -> int:
+        """Tool calls in this episode's replies that did not parse (or named a tool that was not offered)."""
+        return sum(len(c.tool_call_errors) for c in self.recorder.calls)
+
 
 @dataclass
 class RolloutBatch:
@@ -164,10 +169,12 @@ class RolloutManager:
             tuner = ModelTuner(self.engine, self.tokenizer, sampling, ro.max_model_len, result.recorder,
                                trainable_targets=self.trainable_targets,
                                chat_template_kwargs=ro.chat_template_kwargs, loop=asyncio.get_running_loop(),
-                               reply_format=self.reply_format)
+                               reply_format=self.reply_format, gateway_settings=ro.openai_gateway)
             env = self._env_handle(task, result.episode_uuid)
             workflow_task = WorkflowTask(task=task, repeat_index=repeat_index, episode_uuid=result.episode_uuid, env=env,
                                          workflow_args=dict(ro.workflow_args), auxiliary_models=self.auxiliary_models)
+            if ro.openai_gateway.enable:  # the episode's own endpoint, for agents that keep their own client
+                workflow_task.openai_base_url, workflow_task.openai_api_key = tuner.as_openai_base_url()
             try:
                 output = await asyncio.wait_for(self._run_workflow(workflow_task, tuner), ro.episode_timeout_s)
                 converted = as_workflow_output(output)  # agentscope.tuner's WorkflowOutput is taken too
@@ -181,11 +188,12 @@ class RolloutManager:
                 judged, judged_text = split_metrics(judge_metrics)
                 result.metrics, result.text_metrics = {**numbers, **judged}, {**result.text_metrics, **judged_text}
             except asyncio.TimeoutError:
-                result.recorder.closed = True  # a workflow thread may run on: its calls are refused from now
                 result.failed, result.error = True, f"TimeoutError: the episode ran over {ro.episode_timeout_s}s"
             except Exception:
                 result.failed, result.error = True, traceback.format_exc()
             finally:
+                # over: a workflow thread that runs on has its calls refused, the episode's gateway keys expire
+                result.recorder.close()
                 if env is not None:
                     try:
                         await env.release()
@@ -270,6 +278,8 @@ class RolloutManager:
             "rollout/dropped_samples": float(stats.dropped_samples),
             "rollout/overlong_prompts": float(stats.overlong_prompts),
             "rollout/clipped_samples": float(stats.clipped_samples),
+            # tool calls in replies that did not parse (kept as text; the wrong_toolcall madness check acts on them)
+            "rollout/tool_parse_failures": float(sum(e.tool_parse_failures for e in episodes)),
             "rollout/response_tokens_mean": statistics.fmean(generated),
             "reward/mean": statistics.fmean(rewards),
             "reward/std": statistics.pstdev(rewards),

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
+
+
+class EpisodeClosed(RuntimeError):
+    """A model call from a workflow that is still running after its episode ended (a timed-out thread)."""
 
 
 @dataclass
@@ -31,7 +35,15 @@ class EpisodeRecorder:
     truncated: bool = False  # the context ran out (a call was refused) or a reply hit its length limit
     notes: list[str] = field(default_factory=list)
 
-    closed: bool = False  # the episode ended (timed out): a workflow thread still running adds nothing more
+    closed: bool = False  # the episode ended (or timed out): a workflow thread still running adds nothing more
+    on_close: list[Callable[[], None]] = field(default_factory=list, repr=False)  # e.g. the gateway's keys expire
+
+    def close(self) -> None:
+        """The episode is over: later calls are refused, and what was bound to it is released."""
+        self.closed = True
+        callbacks, self.on_close = self.on_close, []
+        for callback in callbacks:
+            callback()
 
     def add(self, call: CallRecord) -> None:
         if self.closed:

@@ -84,7 +84,9 @@ class WorkflowTask:
     `repeat_index` is the episode's index within its group (`rollout.num_repeat` episodes per task);
     `env` is the environment handle for env-service tasks (None otherwise); `workflow_args` the run's
     `astuner.rollout.workflow_args` (a Trinity taskset's `workflow_args`); `auxiliary_models` the frozen
-    models by name (`astuner.auxiliary_models`, or tune()'s `auxiliary_models=`).
+    models by name (`astuner.auxiliary_models`, or tune()'s `auxiliary_models=`); `openai_base_url` /
+    `openai_api_key` the episode's endpoint on the run's OpenAI-compatible gateway when
+    `astuner.rollout.openai_gateway.enable` is set (an agent with its own OpenAI client trains through them).
     """
 
     task: Task
@@ -93,6 +95,8 @@ class WorkflowTask:
     env: Optional[Any] = None
     workflow_args: dict[str, Any] = field(default_factory=dict)
     auxiliary_models: dict[str, Any] = field(default_factory=dict)
+    openai_base_url: Optional[str] = None  # this episode's OpenAI-compatible endpoint (rollout.openai_gateway.enable)
+    openai_api_key: Optional[str] = None
 
     @property
     def task_id(self) -> str:

@@ -20,14 +20,17 @@ def _as_reward(value: Any, where: str) -> float:
 
 def task_as_dict(workflow_task: WorkflowTask) -> dict[str, Any]:
     """What function-style workflows and judges receive as `task`: the dataset row as it is (as agentscope.tuner
-    hands it), plus `task_id`, `main_query` where the task has one, and the run's `workflow_args` where it sets
-    them (a Trinity taskset's) and the row has no field of that name."""
+    hands it), plus `task_id`, `main_query` where the task has one, the run's `workflow_args` where it sets
+    them (a Trinity taskset's) and the row has no field of that name, and `openai_base_url` / `openai_api_key` when
+    the OpenAI gateway is on."""
     task = workflow_task.task
     out = {**task.metadata, "task_id": task.task_id}
     if task.has_query:
         out["main_query"] = task.main_query
     if workflow_task.workflow_args and "workflow_args" not in out:
         out["workflow_args"] = dict(workflow_task.workflow_args)
+    if workflow_task.openai_base_url:  # the gateway's endpoint for this episode (it wins over a row's field)
+        out["openai_base_url"], out["openai_api_key"] = workflow_task.openai_base_url, workflow_task.openai_api_key
     return out
 
 

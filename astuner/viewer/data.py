@@ -14,7 +14,7 @@ from astuner.records.tokens import read_token_records
 
 STEP_FILE = re.compile(r"^step_(\d+)\.jsonl$")
 CURVES = ("reward/mean", "reward/success_rate", "val/reward_mean", "rollout/error_rate", "rollout/madness_rate",
-          "rollout/truncated_rate", "actor/kl", "actor/clip_frac", "actor/rollout_logprob_diff", "actor/entropy",
+          "rollout/truncated_rate", "rollout/tool_parse_failures", "actor/kl", "actor/clip_frac", "actor/rollout_logprob_diff", "actor/entropy",
           "actor/grad_norm", "perf/time_step_s")
 
 
@@ -62,6 +62,7 @@ class RunData:
                           "advantage": row.get("advantage"), "is_success": row.get("is_success"),
                           "failed": row.get("failed"), "madness": row.get("madness") or [],
                           "truncated": row.get("truncated"), "calls": row.get("calls"),
+                          "tool_errors": row.get("tool_parse_failures"),
                           "tokens": sum(s.get("response_tokens", 0) for s in samples) or row.get("response_tokens")})
             groups.setdefault(str(row.get("task_id")), []).append(row.get("reward"))
         stats = {}

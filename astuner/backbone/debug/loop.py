@@ -338,7 +338,7 @@ class DebugTrainer:
                 "advantage": statistics.fmean([s.advantage for s in e.samples]) if e.samples else None,
                 "failed": e.failed, "error": e.error, "madness": e.mad_reasons, "truncated": e.recorder.truncated,
                 "messages": last.messages if last else [], "response": last.response_text if last else None,
-                "calls": len(e.recorder.calls),
+                "calls": len(e.recorder.calls), "tool_parse_failures": e.tool_parse_failures,
                 "prompt_tokens": len(last.prompt_ids) if last else 0,
                 "response_tokens": sum(len(c.response_ids) for c in e.recorder.calls),
                 # what was trained: per sample, its prompt, its response (generated tokens and, between calls,

@@ -25,7 +25,8 @@ def episode_to_experiences(episode: EpisodeResult) -> list[Any]:
     for step, sample in enumerate(episode.samples):
         metrics = {"reward": float(episode.reward), "is_success": float(episode.is_success),
                    "failed": float(episode.failed), "mad": float(bool(episode.mad_reasons)),
-                   "calls": float(len(episode.recorder.calls)), **episode.metrics}
+                   "calls": float(len(episode.recorder.calls)),
+                   "tool_parse_failures": float(episode.tool_parse_failures), **episode.metrics}
         out.append(Experience(
             eid=EID(step=step), tokens=sample.input_ids, prompt_length=sample.prompt_length,
             logprobs=sample.logprobs, action_mask=[bool(m) for m in sample.loss_mask], reward=float(sample.reward),

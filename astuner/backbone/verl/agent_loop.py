@@ -30,7 +30,7 @@ from astuner.backbone.runtime import load_saved_run, task_from_row
 from astuner.model.engines.base import GenerateResult, SamplingParams
 from astuner.rollout.manager import EpisodeResult, RolloutManager
 
-EXTRA_KEYS = ("is_success", "failed", "mad", "num_samples", "dropped_samples", "truncated")
+EXTRA_KEYS = ("is_success", "failed", "mad", "num_samples", "dropped_samples", "truncated", "tool_parse_failures")
 
 
 class VerlServerEngine:
@@ -64,7 +64,8 @@ def episode_to_output(episode: EpisodeResult, prompt_length: int, response_lengt
     """The one AgentLoopOutput verl takes for an episode (rules in the module docstring)."""
     extra = {"is_success": float(episode.is_success), "failed": float(episode.failed),
              "mad": float(bool(episode.mad_reasons)), "num_samples": float(len(episode.samples)),
-             "dropped_samples": float(max(0, len(episode.samples) - 1)), "truncated": 0.0}
+             "dropped_samples": float(max(0, len(episode.samples) - 1)), "truncated": 0.0,
+             "tool_parse_failures": float(episode.tool_parse_failures)}
     if not episode.samples:
         return AgentLoopOutput(prompt_ids=fallback_prompt[-prompt_length:], response_ids=[fallback_token],
                                response_mask=[0], response_logprobs=[0.0], reward_score=float(episode.reward),

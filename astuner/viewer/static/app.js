@@ -111,12 +111,12 @@ async function runPage() {
 const COLUMNS = [
   ["task_id", "task", "text"], ["repeat_index", "repeat"], ["reward", "reward"], ["advantage", "advantage"],
   ["is_success", "success"], ["failed", "failed"], ["madness", "madness", "text"], ["truncated", "truncated"],
-  ["calls", "calls"], ["tokens", "tokens"],
+  ["calls", "calls"], ["tool_errors", "tool errors"], ["tokens", "tokens"],
 ];
 const FLAGS = { failed: (e) => e.failed, mad: (e) => (e.madness || []).length > 0, truncated: (e) => e.truncated,
   success: (e) => e.is_success, ok: (e) => !e.failed };
 const FIELDS = { reward: "reward", advantage: "advantage", adv: "advantage", calls: "calls", tokens: "tokens",
-  repeat: "repeat_index" };
+  repeat: "repeat_index", tool_errors: "tool_errors" };
 
 // "failed", "mad", "!success", "reward < 0.5", "calls>=2", "task=train-3": every term must hold
 function parseFilter(text) {
@@ -244,7 +244,8 @@ async function episodePage(step, uuid) {
   const e = data.episode;
   crumbs([link(`step ${step}`, { step }), `task ${e.task_id} · repeat ${e.repeat_index}`]);
   const facts = [["reward", e.reward], ["advantage", e.advantage], ["success", e.is_success], ["failed", e.failed],
-    ["madness", e.madness], ["truncated", e.truncated], ["model calls", e.calls], ["agents", (e.agents || []).join(", ")],
+    ["madness", e.madness], ["truncated", e.truncated], ["model calls", e.calls],
+    ["tool calls that did not parse", e.tool_parse_failures], ["agents", (e.agents || []).join(", ")],
     ...Object.entries(e.metrics || {}).map(([k, v]) => [k, v]), ["uuid", e.episode_uuid]];
   const conversation = (e.messages || []).map(message);
   if (e.response !== null && e.response !== undefined) conversation.push(message({ role: "assistant", content: e.response }));
