@@ -239,3 +239,49 @@ def test_a_blocking_client_on_the_engines_loop_gets_503_naming_the_fix(tokenizer
     answer, took, tuner = asyncio.run(go())
     assert answer.status_code == 503 and "run_workflow_in_thread" in answer.json()["error"]["message"]
     assert took < 10 and tuner.recorder.calls == []
+
+
+def test_the_rollout_hands_each_episode_its_endpoint_and_its_key_expires_with_it(tokenizer):
+    """rollout.openai_gateway.enable: a function workflow finds its episode's base URL and key in its task, with
+    no astuner in the agent's code; the episode's calls are its samples; a reply whose tool call does not parse is
+    counted (rollout/tool_parse_failures); once the episode is over its key gets 401."""
+    from astuner import Task, WorkflowOutput
+    from astuner.config.schema import OpenAIGatewayConfig
+    from astuner.rollout.manager import RolloutManager
+    from tests.rollout.test_manager import config
+
+    keys = []
+
+    async def workflow(task, model_tuner, auxiliary_models=None):
+        keys.append((task["openai_base_url"], task["openai_api_key"]))
+        async with openai.AsyncOpenAI(base_url=task["openai_base_url"], api_key=task["openai_api_key"]) as client:
+            answer = await tool_loop_of(client, task["main_query"])
+        return WorkflowOutput(reward=1.0 if answer == "\\boxed{7}" else 0.0)
+
+    async def tool_loop_of(client, question):
+        messages = [{"role": "user", "content": question}]
+        first = (await client.chat.completions.create(model="m", messages=messages, tools=[ADD])).choices[0].message
+        if not first.tool_calls:
+            return first.content
+        messages += [first.model_dump(exclude_none=True),
+                     {"role": "tool", "tool_call_id": first.tool_calls[0].id, "content": "7"}]
+        return (await client.chat.completions.create(model="m", messages=messages, tools=[ADD])).choices[0].message.content
+
+    def replies(prompt):
+        if "broken" in prompt:
+            return "<tool_call>\n{not json}\n</tool_call>"
+        return reply_for(prompt)
+
+    cfg = config(openai_gateway=OpenAIGatewayConfig(enable=True))
+    manager = RolloutManager(cfg, workflow, None, ScriptedEngine(tokenizer, replies), tokenizer)
+    batch = asyncio.run(manager.run([Task(task_id="ok", main_query="add"), Task(task_id="bad", main_query="broken")],
+                                    num_repeat=2))
+    good = [e for e in batch.episodes if e.task.task_id == "ok"]
+    assert all(e.reward == 1.0 and len(e.recorder.calls) == 2 and len(e.samples) == 1 for e in good)
+    assert all(e.tool_parse_failures == 1 for e in batch.episodes if e.task.task_id == "bad")
+    assert batch.metrics["rollout/tool_parse_failures"] == 2.0
+    assert len({key for _, key in keys}) == 4  # one key per episode
+    base_url, key = keys[0]
+    answer = httpx.post(f"{base_url}/chat/completions", headers={"Authorization": f"Bearer {key}"},
+                        json={"model": "m", "messages": [{"role": "user", "content": "late"}]})
+    assert answer.status_code == 401
