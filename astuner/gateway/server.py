@@ -5,8 +5,9 @@ A request goes: key -> the episode's `ModelTuner` and agent (keys.KeyRing; 401 o
 (protocol.parse_request) -> `ModelTuner.prepare` (the model's chat template, the ids of the calls it continues, the
 context check: 400 context_length_exceeded) -> `ModelTuner.complete` on the run's engine, on the loop the engine
 serves on -> the call recorded on the episode, exactly as the AgentScope route records it, as the reply goes out
-(whole, or as server-sent events: recorded after the last chunk, before the closing `[DONE]`, so that an agent
-that has its reply and ends the episode at once finds it recorded). A client that disconnects first (a timeout, a
+(whole, or as server-sent events: the opening chunk at once, then the reply's chunks and the closing `[DONE]` in
+one write, recorded just before it, so that an agent that has its reply and ends the episode at once finds it
+recorded). A client that disconnects first (a timeout, a
 closed stream) leaves nothing recorded; the generation it started runs to its end and is dropped.
 
 A synchronous client (openai.OpenAI, httpx.Client, requests) inside an async workflow blocks the loop the engine
@@ -84,6 +85,15 @@ async def _generate(tuner: Any, call: Any) -> Any:
                 f"client, or set astuner.rollout.run_workflow_in_thread: true")
 
 
+def _loop_factory() -> Any:
+    """uvloop's event loop where it is installed (uvicorn's own choice), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
 class Gateway:
     """The server and its keys; `start()` binds and serves, `base_url` is what agents are given."""
 
@@ -108,6 +118,9 @@ class Gateway:
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            # replies go out as two writes (head, body): without this, Nagle holds the second until the client's
+            # delayed ACK, 40 ms a call (accepted connections inherit it)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.bind((self.host, self.port))
             sock.listen(2048)
         except OSError as exc:
@@ -116,7 +129,8 @@ class Gateway:
                           f"set astuner.rollout.openai_gateway.port (0 = any free port)") from None
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(self.app(), log_level="warning", access_log=False, lifespan="off",
-                                timeout_keep_alive=75, backlog=2048)
+                                timeout_keep_alive=75, backlog=2048, proxy_headers=False, server_header=False,
+                                date_header=False)
         self._server = uvicorn.Server(config)
         started = threading.Event()
 
@@ -126,7 +140,8 @@ class Gateway:
                 started.set()
                 await self._server.serve(sockets=[sock])
 
-            asyncio.run(main())
+            with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+                runner.run(main())
 
         self._thread = threading.Thread(target=serve, name="astuner-openai-gateway", daemon=True)
         self._thread.start()
@@ -213,7 +228,7 @@ class Gateway:
         except EpisodeClosed:
             return self._unauthorized()
         except (ValueError, TypeError) as exc:  # messages or tools the chat template cannot take
-            return _error(protocol.RequestError(str(exc), param="messages"))
+            return _error(protocol.RequestError(str(exc)))
         if call.refused:
             return _error(protocol.RequestError(
                 f"this model's context is {tuner.max_model_len} tokens: {call.refused}; the episode is marked "
@@ -247,12 +262,12 @@ class Gateway:
             yield protocol.sse(protocol.error_body(str(exc) if kind else f"generation failed: {exc}", "server_error",
                                                    code=kind))
             return
-        for part in protocol.reply_chunks(done, req.model, ident, req.include_usage):
-            yield protocol.sse(part)
-        # the whole reply was handed over; recorded before the closing event, after which the agent may end the
-        # episode at once
+        # recorded as the rest goes out, in one write (the reply's events and the closing [DONE]): an agent that
+        # has its reply may end the episode at once
         lease.tuner.recorder.add(done.record)
-        yield protocol.sse("[DONE]")
+        yield b"".join([*(protocol.sse(part) for part in protocol.reply_chunks(done, req.model, ident,
+                                                                                  req.include_usage)),
+                        protocol.sse("[DONE]")])
 
 
 _GATEWAY: Optional[Gateway] = None
