@@ -3,9 +3,11 @@
 and errors in OpenAI's shape (`{"error": {"message", "type", "param", "code"}}`).
 
 Request fields that would change what is generated but that astuner's engines cannot honour (`stop`, `logit_bias`,
-penalties, `n` > 1, a JSON `response_format`, `logprobs`) are refused with a 400 naming the field, not ignored;
-fields that do not change the tokens (`model`, `user`, `seed`, `metadata`, `parallel_tool_calls`, ...) are taken
-and not used.
+penalties, `n` > 1, a JSON `response_format`, `logprobs`, vLLM's extensions such as `top_k` or
+`chat_template_kwargs` away from their neutral values) are refused with a 400 naming the field, not ignored; fields
+that do not change the tokens (`model`, `user`, `seed`, `metadata`, `parallel_tool_calls`, ...) are taken and not
+used, and other unknown fields are logged once and not used. Replies are JSON with non-ASCII escaped, so that any
+reply a policy writes (a lone surrogate escape included) can be sent.
 """
 
 from __future__ import annotations
@@ -16,6 +18,14 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+# vLLM's extensions that would change the prompt or the tokens (refused unless at their neutral value)
+UNSUPPORTED = {"top_k": (None, -1, 0), "min_p": (None, 0), "repetition_penalty": (None, 1), "length_penalty": (None, 1),
+               "min_tokens": (None, 0), "ignore_eos": (None, False), "echo": (None, False), "best_of": (None, 1),
+               "use_beam_search": (None, False), "add_generation_prompt": (None, True),
+               "continue_final_message": (None, False), "chat_template": (None,), "chat_template_kwargs": (None, {}),
+               "guided_json": (None,), "guided_regex": (None,), "guided_choice": (None,), "guided_grammar": (None,),
+               "structured_outputs": (None,), "stop_token_ids": (None, []), "bad_words": (None, []),
+               "logits_processors": (None, []), "prompt_logprobs": (None,), "truncate_prompt_tokens": (None,)}
 IGNORED = frozenset({"model", "user", "seed", "metadata", "store", "parallel_tool_calls", "service_tier",
                      "reasoning_effort", "modalities", "prediction", "top_logprobs", "web_search_options", "verbosity",
                      "safety_identifier", "prompt_cache_key"})
@@ -50,6 +60,12 @@ class ChatRequest:
     include_usage: bool = False
     model: str = "astuner-policy"
     ignored: list[str] = field(default_factory=list)  # fields not known here (logged once by the server)
+
+
+def _neutral(value: Any, neutral: tuple) -> bool:
+    """Whether `value` is one of the `neutral` values (True is no 1 here, 0 no False)."""
+    return any(value is v if v is None or isinstance(v, bool) else (value == v and not isinstance(value, bool))
+               for v in neutral)
 
 
 def _number(body: dict, name: str, low: float, high: float) -> Optional[float]:
@@ -96,6 +112,11 @@ def parse_request(body: Any) -> ChatRequest:
                            param="response_format")
     if body.get("logprobs"):
         raise RequestError("'logprobs' is not supported by the gateway", param="logprobs")
+    for name, neutral in UNSUPPORTED.items():
+        if name in body and not _neutral(body[name], neutral):
+            fix = " (set astuner.rollout.chat_template_kwargs for the run)" if name == "chat_template_kwargs" else ""
+            raise RequestError(f"'{name}' is not supported: it would change the tokens the model is trained on{fix}",
+                               param=name)
     if body.get("functions") or body.get("function_call"):
         raise RequestError("the legacy 'functions' / 'function_call' fields are not supported; send 'tools'",
                            param="functions")
@@ -109,12 +130,20 @@ def parse_request(body: Any) -> ChatRequest:
     if not isinstance(stream, bool) and stream is not None:
         raise RequestError("'stream' must be true or false", param="stream")
     options = body.get("stream_options") or {}
-    known = IGNORED | {"messages", "n", "stop", "logit_bias", *NO_PENALTY, "response_format", "logprobs", "functions",
+    try:  # a lone surrogate (a "\\ud800" escape) is no text a tokenizer or a reply can carry
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise RequestError("the request holds text that is not valid Unicode (a lone surrogate escape such as "
+                           "\\ud800)") from None
+    tool_choice = _tool_choice(body.get("tool_choice"))
+    if tool_choice not in (None, "auto", "none") and not tools:
+        raise RequestError(f"'tool_choice' {tool_choice!r} needs 'tools'", param="tool_choice")
+    known = set(UNSUPPORTED) | IGNORED | {"messages", "n", "stop", "logit_bias", *NO_PENALTY, "response_format", "logprobs", "functions",
                        "function_call", "max_tokens", "max_completion_tokens", "tools", "tool_choice", "stream",
                        "stream_options", "temperature", "top_p"}
     model = body.get("model")
     return ChatRequest(
-        messages=messages, tools=tools or None, tool_choice=_tool_choice(body.get("tool_choice")),
+        messages=messages, tools=tools or None, tool_choice=tool_choice,
         temperature=_number(body, "temperature", 0.0, 2.0), top_p=_number(body, "top_p", 1e-9, 1.0),
         max_tokens=max_tokens, stream=bool(stream),
         include_usage=bool(isinstance(options, dict) and options.get("include_usage")),
@@ -185,4 +214,4 @@ def reply_chunks(done: Any, model: str, ident: str, include_usage: bool) -> list
 
 
 def sse(payload: Any) -> bytes:
-    return f"data: {payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)}\n\n".encode()
+    return f"data: {payload if isinstance(payload, str) else json.dumps(payload)}\n\n".encode()

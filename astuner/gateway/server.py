@@ -11,8 +11,8 @@ recorded). A client that disconnects first (a timeout, a
 closed stream) leaves nothing recorded; the generation it started runs to its end and is dropped.
 
 A synchronous client (openai.OpenAI, httpx.Client, requests) inside an async workflow blocks the loop the engine
-serves on, and its own request can then never be answered: after `STALL_S` seconds without an answer the gateway
-checks that loop, and when it does not respond answers 503 naming the fix (rollout.run_workflow_in_thread).
+serves on, and its own request can then never be answered: when that loop has not begun the generation after
+`STALL_S` seconds, the gateway answers 503 naming the fix (rollout.run_workflow_in_thread).
 """
 
 from __future__ import annotations
@@ -31,8 +31,7 @@ from astuner.gateway import protocol
 from astuner.gateway.keys import KeyRing, Lease
 from astuner.schema.calls import EpisodeClosed
 
-STALL_S = 20.0  # seconds without an answer before the engine's loop is checked
-PROBE_S = 2.0  # how long that loop may take to run a no-op before it counts as blocked
+STALL_S = 20.0  # seconds the engine's loop may take to begin a generation before it counts as blocked
 START_S = 30.0
 
 
@@ -43,7 +42,7 @@ class LoopBlocked(RuntimeError):
 def _json(payload: Any, status: int = 200) -> Any:
     from starlette.responses import Response
 
-    return Response(json.dumps(payload, ensure_ascii=False), status_code=status, media_type="application/json")
+    return Response(json.dumps(payload), status_code=status, media_type="application/json")
 
 
 def _error(exc: protocol.RequestError) -> Any:
@@ -57,32 +56,17 @@ def _bearer(header: Optional[str]) -> Optional[str]:
     return value.strip() if kind.lower() == "bearer" else None
 
 
-async def _loop_alive(loop: Optional[asyncio.AbstractEventLoop]) -> bool:
-    if loop is None or loop is asyncio.get_running_loop():
-        return True
-    if loop.is_closed():
-        return False
-    probe = asyncio.run_coroutine_threadsafe(asyncio.sleep(0), loop)
-    try:
-        await asyncio.wait_for(asyncio.wrap_future(probe), PROBE_S)
-        return True
-    except (asyncio.TimeoutError, RuntimeError):
-        probe.cancel()
-        return False
-
-
 async def _generate(tuner: Any, call: Any) -> Any:
-    """`tuner.complete(call)`, with the engine's loop checked when no answer comes for STALL_S seconds."""
+    """`tuner.complete(call)`; LoopBlocked when the loop the engine serves on has not even begun the generation after
+    STALL_S seconds (a loop that is only slow begins it, and the call then waits as long as the engine takes)."""
     task = asyncio.ensure_future(tuner.complete(call))
-    while True:
-        done, _ = await asyncio.wait({task}, timeout=STALL_S)
-        if done:
-            return task.result()
-        if not await _loop_alive(tuner.loop):
-            raise LoopBlocked(
-                f"the run's event loop has not run for {STALL_S:.0f}s: a synchronous client (openai.OpenAI, "
-                f"httpx.Client, requests) inside an async workflow blocks the loop the model runs on; use an async "
-                f"client, or set astuner.rollout.run_workflow_in_thread: true")
+    done, _ = await asyncio.wait({task}, timeout=STALL_S)
+    if not done and not call.engine_started:
+        raise LoopBlocked(
+            f"the run's event loop has not run for {STALL_S:.0f}s: a synchronous client (openai.OpenAI, "
+            f"httpx.Client, requests) inside an async workflow blocks the loop the model runs on; use an async "
+            f"client, or set astuner.rollout.run_workflow_in_thread: true")
+    return await task
 
 
 def _loop_factory() -> Any:
@@ -214,8 +198,8 @@ class Gateway:
         try:
             try:
                 body = json.loads(await request.body())
-            except (ValueError, UnicodeDecodeError):
-                raise protocol.RequestError("the request body is not JSON") from None
+            except (ValueError, UnicodeDecodeError, RecursionError):
+                raise protocol.RequestError("the request body is not JSON (or nests too deep)") from None
             req = protocol.parse_request(body)
             for name in req.ignored:
                 if name not in self._warned:
@@ -227,8 +211,9 @@ class Gateway:
             return _error(exc)
         except EpisodeClosed:
             return self._unauthorized()
-        except (ValueError, TypeError) as exc:  # messages or tools the chat template cannot take
-            return _error(protocol.RequestError(str(exc)))
+        except Exception as exc:  # noqa: BLE001 - messages or tools the chat template cannot take
+            return _error(protocol.RequestError(f"the messages and tools cannot be rendered by the model's chat "
+                                                f"template: {type(exc).__name__}: {exc}"[:500]))
         if call.refused:
             return _error(protocol.RequestError(
                 f"this model's context is {tuner.max_model_len} tokens: {call.refused}; the episode is marked "
@@ -240,34 +225,52 @@ class Gateway:
                                      headers={"Cache-Control": "no-cache"})
         try:
             done = await asyncio.shield(task)
+            body = protocol.completion(done, req.model, ident)
+            payload = json.dumps(body)
         except LoopBlocked as exc:
             return _json(protocol.error_body(str(exc), "server_error", code="loop_blocked"), 503)
         except Exception as exc:  # noqa: BLE001 - the engine's failure, to the client as a 500
             logger.error(f"OpenAI gateway: generation failed: {exc!r}")
-            return _json(protocol.error_body(f"generation failed: {exc}", "server_error"), 500)
+            return _json(protocol.error_body(f"generation failed: {type(exc).__name__}: {exc}"[:500], "server_error"),
+                         500)
         if await request.is_disconnected():
             return _json(protocol.error_body("the client went away", "server_error"), 499)  # not recorded
         # recorded before the reply leaves: an agent that has its reply may end the episode at once
-        tuner.recorder.add(done.record)
-        return _json(protocol.completion(done, req.model, ident))
+        if not tuner.recorder.add(done.record):
+            return self._ended()
+        from starlette.responses import Response
+
+        return Response(payload, media_type="application/json")
+
+    @staticmethod
+    def _ended_body() -> dict[str, Any]:
+        return protocol.error_body("the episode ended while this call was generated; nothing was recorded",
+                                   "invalid_request_error", code="invalid_api_key")
+
+    @classmethod
+    def _ended(cls) -> Any:
+        return _json(cls._ended_body(), 401)
 
     async def _events(self, task: asyncio.Future, lease: Lease, req: protocol.ChatRequest, ident: str) -> Any:
         yield protocol.sse(protocol.chunk(ident, req.model, {"role": "assistant", "content": ""}))
         try:
             done = await asyncio.shield(task)  # a disconnect cancels the stream here: nothing is recorded
+            rest = b"".join([*(protocol.sse(part) for part in protocol.reply_chunks(done, req.model, ident,
+                                                                                    req.include_usage)),
+                             protocol.sse("[DONE]")])
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - an error event; the OpenAI SDK raises it as an APIError
-            kind = "loop_blocked" if isinstance(exc, LoopBlocked) else None
-            yield protocol.sse(protocol.error_body(str(exc) if kind else f"generation failed: {exc}", "server_error",
-                                                   code=kind))
+            blocked = isinstance(exc, LoopBlocked)
+            message = str(exc) if blocked else f"generation failed: {type(exc).__name__}: {exc}"[:500]
+            yield protocol.sse(protocol.error_body(message, "server_error", code="loop_blocked" if blocked else None))
             return
         # recorded as the rest goes out, in one write (the reply's events and the closing [DONE]): an agent that
         # has its reply may end the episode at once
-        lease.tuner.recorder.add(done.record)
-        yield b"".join([*(protocol.sse(part) for part in protocol.reply_chunks(done, req.model, ident,
-                                                                                  req.include_usage)),
-                        protocol.sse("[DONE]")])
+        if not lease.tuner.recorder.add(done.record):
+            yield protocol.sse(self._ended_body())
+            return
+        yield rest
 
 
 _GATEWAY: Optional[Gateway] = None

@@ -58,6 +58,7 @@ class PreparedCall:
     prompt_ids: list[int]
     sampling: SamplingParams
     refused: Optional[str] = None  # why the call cannot run (its prompt leaves no room for the reply)
+    engine_started: bool = False  # the engine's coroutine has begun on the loop the engine serves on
 
 
 @dataclass
@@ -173,7 +174,7 @@ class ModelTuner(ChatModelBase):
     async def complete(self, call: PreparedCall) -> CompletedCall:
         """Generate a prepared call through the engine and parse the reply; the call's record is returned, not
         yet added to the episode (the caller adds it once the agent has the reply)."""
-        result = await self._generate(call.prompt_ids, call.sampling)
+        result = await self._generate(call)
         reply_ids = result.token_ids[:-1] if result.finish_reason == "stop" and result.token_ids else result.token_ids
         reply_text = self.tokenizer.decode(reply_ids, skip_special_tokens=False)
         decoded = reply_text if len(reply_ids) == len(result.token_ids) else \
@@ -203,9 +204,12 @@ class ModelTuner(ChatModelBase):
         call, used = found
         return call.prompt_ids + call.response_ids + tokens.encode(prompt_text[used:])
 
-    async def _generate(self, prompt_ids: list[int], sampling: SamplingParams) -> GenerateResult:
+    async def _generate(self, call: PreparedCall) -> GenerateResult:
+        async def generate() -> GenerateResult:
+            call.engine_started = True
+            return await self.engine.generate(call.prompt_ids, call.sampling)
+
         running = asyncio.get_running_loop()
         if self.loop is not None and self.loop is not running:
-            future = asyncio.run_coroutine_threadsafe(self.engine.generate(prompt_ids, sampling), self.loop)
-            return await asyncio.wrap_future(future)
-        return await self.engine.generate(prompt_ids, sampling)
+            return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(generate(), self.loop))
+        return await generate()

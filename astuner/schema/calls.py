@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -37,17 +38,23 @@ class EpisodeRecorder:
 
     closed: bool = False  # the episode ended (or timed out): a workflow thread still running adds nothing more
     on_close: list[Callable[[], None]] = field(default_factory=list, repr=False)  # e.g. the gateway's keys expire
+    # add and close come from different threads (the gateway's, a workflow's own)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def close(self) -> None:
         """The episode is over: later calls are refused, and what was bound to it is released."""
-        self.closed = True
-        callbacks, self.on_close = self.on_close, []
+        with self._lock:
+            self.closed = True
+            callbacks, self.on_close = self.on_close, []
         for callback in callbacks:
             callback()
 
-    def add(self, call: CallRecord) -> None:
-        if self.closed:
-            return
-        self.calls.append(call)
-        if call.finish_reason == "length":
-            self.truncated = True
+    def add(self, call: CallRecord) -> bool:
+        """Record a call; False (nothing recorded) when the episode is over."""
+        with self._lock:
+            if self.closed:
+                return False
+            self.calls.append(call)
+            if call.finish_reason == "length":
+                self.truncated = True
+        return True

@@ -224,7 +224,6 @@ def test_tool_calls_that_do_not_parse_are_reported_and_kept_as_text(tokenizer):
 
 def test_a_blocking_client_on_the_engines_loop_gets_503_naming_the_fix(tokenizer, monkeypatch):
     monkeypatch.setattr(gateway_server, "STALL_S", 0.5)
-    monkeypatch.setattr(gateway_server, "PROBE_S", 0.2)
 
     async def go():
         engine = ScriptedEngine(tokenizer, ["hi"])
@@ -285,3 +284,86 @@ def test_the_rollout_hands_each_episode_its_endpoint_and_its_key_expires_with_it
     answer = httpx.post(f"{base_url}/chat/completions", headers={"Authorization": f"Bearer {key}"},
                         json={"model": "m", "messages": [{"role": "user", "content": "late"}]})
     assert answer.status_code == 401
+
+
+def test_a_slow_engine_is_waited_for_not_taken_for_a_blocked_loop(tokenizer, monkeypatch):
+    monkeypatch.setattr(gateway_server, "STALL_S", 0.3)
+
+    async def go():
+        tuner = tuner_for(ScriptedEngine(tokenizer, ["slow"], delay_s=1.0), tokenizer)
+        reply = await tuner.as_openai_client().chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "x"}])
+        return reply, tuner
+
+    reply, tuner = asyncio.run(go())
+    assert reply.choices[0].message.content == "slow" and len(tuner.recorder.calls) == 1
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_a_call_whose_episode_ends_while_it_is_generated_is_refused_not_recorded(tokenizer, stream):
+    async def go():
+        tuner = tuner_for(ScriptedEngine(tokenizer, ["late"], delay_s=0.5), tokenizer)
+        base_url, key = tuner.as_openai_base_url()
+        asyncio.get_running_loop().call_later(0.2, tuner.recorder.close)  # the episode ends meanwhile
+        async with httpx.AsyncClient(timeout=10) as http:
+            answer = await http.post(f"{base_url}/chat/completions", headers={"Authorization": f"Bearer {key}"},
+                                     json={"model": "m", "messages": [{"role": "user", "content": "x"}],
+                                           "stream": stream})
+        return answer, tuner
+
+    answer, tuner = asyncio.run(go())
+    assert tuner.recorder.calls == []
+    if stream:
+        assert "the episode ended while this call was generated" in answer.text and "[DONE]" not in answer.text
+    else:
+        assert answer.status_code == 401 and "episode ended" in answer.json()["error"]["message"]
+
+
+def test_a_reply_with_a_lone_surrogate_escape_is_sent_and_recorded_once(tokenizer):
+    async def go():
+        engine = ScriptedEngine(tokenizer, ['<tool_call>\n{"name": "add", "arguments": {"a": "\\ud800", "b": 1}}'
+                                            '\n</tool_call>'])
+        tuner = tuner_for(engine, tokenizer)
+        reply = await tuner.as_openai_client().chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "x"}], tools=[ADD])
+        return reply, tuner, engine
+
+    reply, tuner, engine = asyncio.run(go())
+    assert json.loads(reply.choices[0].message.tool_calls[0].function.arguments) == {"a": "\ud800", "b": 1}
+    assert len(tuner.recorder.calls) == 1 and len(engine.outputs) == 1
+
+
+USER = {"role": "user", "content": "x"}
+
+
+@pytest.mark.parametrize("body, says", [
+    ({"messages": [USER, {"role": "assistant", "content": "", "tool_calls": [{"function": "x"}]}]},
+     "'function' must be an object"),
+    ({"messages": [USER, {"role": "assistant", "content": "", "tool_calls": 5}]}, "tool_calls must be a list"),
+    ({"messages": [USER], "tools": [{"type": "function", "function": "name"}]}, "not an OpenAI function schema"),
+    ({"messages": [USER], "tools": [{"type": "function", "function": {"name": {"x": 1}}}]},
+     "not an OpenAI function schema"),
+    ('{"messages": [{"role": "user", "content": "x"}], "metadata": ' + "[" * 100_000 + "]" * 100_000 + "}",
+     "nests too deep"),
+    ({"messages": [USER], "chat_template_kwargs": {"enable_thinking": False}}, "astuner.rollout.chat_template_kwargs"),
+    ({"messages": [USER], "top_k": 5}, "'top_k' is not supported"),
+    ({"messages": [USER], "tool_choice": "required"}, "needs 'tools'"),
+    ({"messages": [{"role": "user", "content": "\ud800"}]}, "not valid Unicode"),
+], ids=["function-not-object", "tool-calls-not-list", "tool-schema-string", "tool-name-object", "deep-nesting",
+        "chat-template-kwargs", "top-k", "required-without-tools", "lone-surrogate"])
+def test_malformed_requests_get_400_in_openais_shape_and_reach_no_engine(tokenizer, body, says):
+    async def go():
+        engine = ScriptedEngine(tokenizer, ["never"])
+        tuner = tuner_for(engine, tokenizer)
+        base_url, key = tuner.as_openai_base_url()
+        async with httpx.AsyncClient() as http:
+            text = body if isinstance(body, str) else json.dumps(body)  # raw text where nothing else can say it
+            answer = await http.post(f"{base_url}/chat/completions", content=text,
+                                     headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+        return answer, engine, tuner
+
+    answer, engine, tuner = asyncio.run(go())
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["type"] == "invalid_request_error" and says in error["message"], error
+    assert engine.prompts == [] and tuner.recorder.calls == []

@@ -67,6 +67,7 @@ def test_run_page_step_table_and_episode_tokens(browser, viewer, tiny_run, tmp_p
     assert len(visible_rows(browser)) == len(rows)
     groups = browser.find_elements(By.CSS_SELECTOR, "#episodes tr.group")
     assert len(groups) == len({r["task_id"] for r in rows}) and "mean" in groups[0].text
+    assert browser.find_element(By.CSS_SELECTOR, 'th[data-sort="tool_errors"]').text == "tool errors"
 
     # filter: only episodes with reward < 0.5, then only successful ones
     box = browser.find_element(By.ID, "filter")
@@ -91,6 +92,7 @@ def test_run_page_step_table_and_episode_tokens(browser, viewer, tiny_run, tmp_p
     step, record = trained_step(tiny_run)
     browser.get(f"{viewer.url}?step={step}&episode={record['episode_uuid']}")
     wait(browser, EC.presence_of_element_located((By.CSS_SELECTOR, '.tokens .tok[data-loss-mask="1"]')))
+    assert "tool calls that did not parse" in browser.find_element(By.TAG_NAME, "body").text
     sample = browser.find_element(By.CSS_SELECTOR, f'.tokens[data-sample="{record["sample"]}"]')
     tokens = sample.find_elements(By.CSS_SELECTOR, ".tok")
     assert len(tokens) == len(record["input_ids"])

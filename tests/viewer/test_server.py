@@ -71,7 +71,9 @@ def test_step_route_lists_episodes_with_their_grpo_groups(server, tiny_run):
     assert status == 200 and len(step["episodes"]) == len(rows)
     first = step["episodes"][0]
     assert set(first) >= {"task_id", "repeat_index", "episode_uuid", "reward", "advantage", "is_success", "failed",
-                          "madness", "truncated", "calls", "tokens"}
+                          "madness", "truncated", "calls", "tool_errors", "tokens"}
+    # tool calls that did not parse, per episode, as the trajectories count them
+    assert [e["tool_errors"] for e in step["episodes"]] == [r["tool_parse_failures"] for r in rows]
     for task, group in step["groups"].items():
         rewards = [r["reward"] for r in rows if r["task_id"] == task]
         assert group["n"] == len(rewards) and group["mean"] == pytest.approx(sum(rewards) / len(rewards))

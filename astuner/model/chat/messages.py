@@ -39,9 +39,12 @@ def _tool_call(call: Any, where: str) -> dict[str, Any]:
     if not isinstance(call, dict):
         raise ValueError(f"{where}: a tool call must be an object, got {type(call).__name__}")
     function = call.get("function", call)
+    if not isinstance(function, dict):
+        raise ValueError(f"{where}: a tool call's 'function' must be an object with a 'name', got "
+                         f"{type(function).__name__}")
     name = function.get("name")
-    if not name:
-        raise ValueError(f"{where}: a tool call has no function name")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{where}: a tool call's function name must be a non-empty string, got {name!r}"[:200])
     arguments = function.get("arguments", {})
     if isinstance(arguments, str):
         try:
@@ -65,6 +68,8 @@ def normalize_messages(messages: Any) -> list[dict[str, Any]]:
             raise ValueError(f"{where}: role {role!r} is not one of {', '.join(ROLES)}")
         item: dict[str, Any] = {"role": role, "content": _text_of(msg.get("content"), where)}
         if role == "assistant" and msg.get("tool_calls"):
+            if not isinstance(msg["tool_calls"], list):
+                raise ValueError(f"{where}: tool_calls must be a list, got {type(msg['tool_calls']).__name__}")
             item["tool_calls"] = [_tool_call(c, where) for c in msg["tool_calls"]]
         if role == "tool":
             item["tool_call_id"] = msg.get("tool_call_id")
@@ -82,7 +87,9 @@ def normalize_tools(tools: Any) -> list[dict[str, Any]] | None:
         raise ValueError(f"tools must be a list of OpenAI function schemas, got {type(tools).__name__}")
     out = []
     for i, tool in enumerate(tools):
-        if not isinstance(tool, dict) or "function" not in tool or "name" not in tool["function"]:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"] \
+                or not isinstance(function.get("parameters") or {}, dict):
             raise ValueError(f"tool {i} is not an OpenAI function schema ({{'type': 'function', 'function': "
                              f"{{'name': ..., 'parameters': ...}}}})")
         out.append(tool)
