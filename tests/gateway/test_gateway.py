@@ -367,3 +367,22 @@ def test_malformed_requests_get_400_in_openais_shape_and_reach_no_engine(tokeniz
     error = answer.json()["error"]
     assert error["type"] == "invalid_request_error" and says in error["message"], error
     assert engine.prompts == [] and tuner.recorder.calls == []
+
+
+def test_each_agent_of_an_episode_gets_its_own_key_and_records_under_its_name(tokenizer):
+    async def go():
+        engine = ScriptedEngine(tokenizer, ["wolf says", "villager says"])
+        tuner = tuner_for(engine, tokenizer)
+        tuner.trainable_targets = ["wolf", "villager"]
+        wolf, villager = tuner.as_openai_base_url(agent="wolf"), tuner.as_openai_base_url(agent="villager")
+        assert tuner.as_openai_base_url(agent="wolf") == wolf  # one key per episode and agent
+        with pytest.raises(ValueError, match="not in trainable_targets"):
+            tuner.as_openai_base_url(agent="seer")
+        for base_url, key in (wolf, villager):
+            async with openai.AsyncOpenAI(base_url=base_url, api_key=key) as client:
+                await client.chat.completions.create(model="m", messages=[USER])
+        return wolf, villager, tuner
+
+    wolf, villager, tuner = asyncio.run(go())
+    assert wolf[1] != villager[1]
+    assert [c.target for c in tuner.recorder.calls] == ["wolf", "villager"]
