@@ -27,6 +27,7 @@ from typing import Any, Optional
 
 from loguru import logger
 
+from astuner.errors import ConfigError
 from astuner.gateway import protocol
 from astuner.gateway.keys import KeyRing, Lease
 from astuner.schema.calls import EpisodeClosed
@@ -109,8 +110,8 @@ class Gateway:
             sock.listen(2048)
         except OSError as exc:
             sock.close()
-            raise OSError(f"the OpenAI gateway cannot listen on {self.host}:{self.port} ({exc.strerror or exc}); "
-                          f"set astuner.rollout.openai_gateway.port (0 = any free port)") from None
+            raise ConfigError(f"the OpenAI gateway cannot listen on {self.host}:{self.port} ({exc.strerror or exc}); "
+                              f"set astuner.rollout.openai_gateway.host / port (port 0 = any free one)") from None
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(self.app(), log_level="warning", access_log=False, lifespan="off",
                                 timeout_keep_alive=75, backlog=2048, proxy_headers=False, server_header=False,

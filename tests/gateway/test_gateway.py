@@ -386,3 +386,19 @@ def test_each_agent_of_an_episode_gets_its_own_key_and_records_under_its_name(to
     wolf, villager, tuner = asyncio.run(go())
     assert wolf[1] != villager[1]
     assert [c.target for c in tuner.recorder.calls] == ["wolf", "villager"]
+
+
+def test_a_port_that_is_taken_is_a_one_line_config_error():
+    import socket
+
+    from astuner.errors import ConfigError
+    from astuner.gateway import Gateway
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    try:
+        with pytest.raises(ConfigError, match=r"cannot listen on 127\.0\.0\.1:\d+ .*openai_gateway\.host / port"):
+            Gateway("127.0.0.1", taken.getsockname()[1]).start()
+    finally:
+        taken.close()
