@@ -130,11 +130,6 @@ def parse_request(body: Any) -> ChatRequest:
     if not isinstance(stream, bool) and stream is not None:
         raise RequestError("'stream' must be true or false", param="stream")
     options = body.get("stream_options") or {}
-    try:  # a lone surrogate (a "\\ud800" escape) is no text a tokenizer or a reply can carry
-        json.dumps(body, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        raise RequestError("the request holds text that is not valid Unicode (a lone surrogate escape such as "
-                           "\\ud800)") from None
     tool_choice = _tool_choice(body.get("tool_choice"))
     if tool_choice not in (None, "auto", "none") and not tools:
         raise RequestError(f"'tool_choice' {tool_choice!r} needs 'tools'", param="tool_choice")
@@ -152,6 +147,16 @@ def parse_request(body: Any) -> ChatRequest:
 
 
 # -- replies -----------------------------------------------------------------------------------------------------
+def not_unicode(body: Any) -> bool:
+    """Whether the request holds a lone surrogate (a "\\ud800" escape): no text a tokenizer can take. Asked only
+    once rendering or tokenizing the request failed, to say why."""
+    try:
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+        return False
+    except UnicodeEncodeError:
+        return True
+
+
 def completion_id() -> str:
     return f"chatcmpl-{uuid.uuid4().hex}"
 

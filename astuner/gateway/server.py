@@ -41,9 +41,11 @@ class LoopBlocked(RuntimeError):
 
 
 def _json(payload: Any, status: int = 200) -> Any:
+    """A JSON answer (`payload` an object, or its text already serialised)."""
     from starlette.responses import Response
 
-    return Response(json.dumps(payload), status_code=status, media_type="application/json")
+    text = payload if isinstance(payload, str) else json.dumps(payload)
+    return Response(text, status_code=status, media_type="application/json")
 
 
 def _error(exc: protocol.RequestError) -> Any:
@@ -196,6 +198,7 @@ class Gateway:
         if lease is None:
             return self._unauthorized()
         tuner = lease.tuner
+        body: Any = None
         try:
             try:
                 body = json.loads(await request.body())
@@ -213,6 +216,9 @@ class Gateway:
         except EpisodeClosed:
             return self._unauthorized()
         except Exception as exc:  # noqa: BLE001 - messages or tools the chat template cannot take
+            if protocol.not_unicode(body):
+                return _error(protocol.RequestError("the request holds text that is not valid Unicode (a lone "
+                                                    "surrogate escape such as \\ud800)"))
             return _error(protocol.RequestError(f"the messages and tools cannot be rendered by the model's chat "
                                                 f"template: {type(exc).__name__}: {exc}"[:500]))
         if call.refused:
@@ -239,9 +245,7 @@ class Gateway:
         # recorded before the reply leaves: an agent that has its reply may end the episode at once
         if not tuner.recorder.add(done.record):
             return self._ended()
-        from starlette.responses import Response
-
-        return Response(payload, media_type="application/json")
+        return _json(payload)
 
     @staticmethod
     def _ended_body() -> dict[str, Any]:
