@@ -25,9 +25,10 @@ def test_nested_and_concurrent_rollouts_share_one_freeze(nothing_frozen):
     with objects_frozen():
         frozen = gc.get_freeze_count()
         assert frozen > 0
-        with objects_frozen():
-            assert gc.get_freeze_count() == frozen  # the second does not freeze what the first made
-        assert gc.get_freeze_count() == frozen
+        made_since = [[] for _ in range(10_000)]
+        with objects_frozen():  # the second does not freeze what was made since the first
+            assert gc.get_freeze_count() < frozen + len(made_since)
+        assert frozen // 2 < gc.get_freeze_count() <= frozen  # nor does it unfreeze when it ends
     assert gc.get_freeze_count() == 0
 
 
@@ -45,11 +46,15 @@ def test_a_failing_rollout_unfreezes(nothing_frozen):
 
 
 def test_a_freeze_made_by_the_process_itself_is_left_alone(nothing_frozen):
+    # Frozen objects can still be freed by reference counting (by any thread), so the count may fall a little while
+    # the test runs; what must not happen is a second freeze (the objects made since would join it) or an unfreeze
+    # (the count would fall to 0).
     gc.freeze()
     try:
         frozen = gc.get_freeze_count()
+        made_since = [[] for _ in range(10_000)]
         with objects_frozen():
-            assert gc.get_freeze_count() == frozen
-        assert gc.get_freeze_count() == frozen
+            assert gc.get_freeze_count() < frozen + len(made_since)
+        assert frozen // 2 < gc.get_freeze_count() <= frozen
     finally:
         gc.unfreeze()
