@@ -55,6 +55,9 @@ def test_verl_trains_the_tool_using_agent_on_the_cpu(verl_run):
     # the same scalars in verl's wandb run (offline, under the run folder's wandb/)
     found = {key: dict(points) for key, points in wandb_scalars(root).items()}
     for key in ("critic/score/mean", "actor/pg_loss", "training/rollout_probs_diff_mean"):
+        assert key in found, (key, sorted(found), sorted(str(p) for p in root.glob("wandb/*/*")),
+                              [line for line in (proc.stdout + proc.stderr).splitlines() if "wandb" in line.lower()
+                               or line.startswith("astuner:")][-20:])
         assert found[key].keys() == tb[key].keys() and all(abs(found[key][s] - tb[key][s]) < 1e-6 for s in tb[key]), key
 
     rows = [json.loads(line) for line in (root / "trajectories" / "1.jsonl").read_text().splitlines()]
