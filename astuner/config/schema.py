@@ -8,7 +8,7 @@ gets the same values. Adding a key: declare it here, use it, test it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from astuner.config.keys import key, section
 
@@ -320,6 +320,12 @@ class RolloutConfig:
         "model_tuner.register_model); calls of the others are recorded but not trained on. null = the workflow "
         "class's trainable_targets, else every agent.", rule=lambda v: all(isinstance(n, str) and n for n in v),
         must="a list of agent names")
+    agent_policy: dict[str, str] = key(
+        {}, "With astuner.policies: agent name (or shell-style pattern: wolf_*) -> policy name; an agent matched by "
+        "no entry is not trained (register_model's default_model serves it). {} with one policy: every agent.",
+        backbones=DEBUG, rule=lambda v: all(isinstance(k, str) and k and isinstance(p, str) and p
+                                            for k, p in v.items()),
+        must="a mapping of agent names or patterns to policy names")
 
 
 @dataclass
@@ -487,6 +493,43 @@ class DataProcessorConfig:
 
 
 @dataclass
+class PolicyOptimConfig:
+    """A policy's own optimizer settings; null = trainer_common.optim's."""
+
+    lr: Optional[float] = key(None, "Learning rate.", gt=0, backbones=DEBUG)
+    warmup_steps: Optional[int] = key(None, "Steps of linear warm-up.", ge=0, backbones=DEBUG)
+    weight_decay: Optional[float] = key(None, "AdamW weight decay.", backbones=DEBUG)
+    grad_clip: Optional[float] = key(None, "Gradient-norm clip.", gt=0, backbones=DEBUG)
+
+
+@dataclass
+class PolicyAlgorithmConfig:
+    """A policy's own loss settings; null = trainer_common.algorithm's."""
+
+    clip_ratio_low: Optional[float] = key(None, "PPO clip range below 1.", gt=0, backbones=DEBUG)
+    clip_ratio_high: Optional[float] = key(None, "PPO clip range above 1.", gt=0, backbones=DEBUG)
+    use_kl_loss: Optional[bool] = key(None, "KL penalty to the policy's initial weights.", backbones=DEBUG)
+    kl_loss_coef: Optional[float] = key(None, "Weight of the KL penalty.", backbones=DEBUG)
+    entropy_coeff: Optional[float] = key(None, "Weight of the entropy bonus.", backbones=DEBUG)
+
+
+@dataclass
+class PolicyConfig:
+    """One policy of a multi-agent job: its model, whether it learns, and its own optimizer and loss settings."""
+
+    path_required: ClassVar[bool] = False  # an entry without path takes astuner.model's
+    path: Optional[str] = key(None, "Its model folder (or hub id); null = astuner.model.path (with model.tiny and "
+                                    "model.lora): a copy of its own.", backbones=DEBUG)
+    tiny: Optional[TinyModelConfig] = key(None, "As model.tiny, for path.", backbones=DEBUG)
+    lora: Optional[LoraConfig] = key(None, "As model.lora, for path (null with path null: model.lora).",
+                                     backbones=DEBUG)
+    trainable: bool = key(True, "false: a frozen policy (sampled, never trained, no optimizer, no checkpoint).",
+                          backbones=DEBUG)
+    optim: PolicyOptimConfig = section(PolicyOptimConfig)
+    algorithm: PolicyAlgorithmConfig = section(PolicyAlgorithmConfig)
+
+
+@dataclass
 class AstunerConfig:
     """astuner's own defaults. Every key of the `astuner:` tree is listed here with its default; a user's YAML
     overrides them, and command-line overrides (astuner.rollout.num_repeat=8) override both. The astuner tree:
@@ -511,3 +554,10 @@ class AstunerConfig:
         "name -> a model folder, or {path, tiny, temperature, top_p, max_tokens, max_model_len, enable_thinking}. "
         "A workflow function gets them as auxiliary_models; a Workflow class as workflow_task.auxiliary_models. "
         "tune(auxiliary_models=...) adds to them.", backbones=DEBUG)
+    policies: dict[str, PolicyConfig] = key(
+        {}, "Several policies in one job (multi-agent): name -> {path, tiny, lora, trainable, optim: {lr, ...}, "
+        "algorithm: {clip_ratio_low, clip_ratio_high, use_kl_loss, kl_loss_coef, entropy_coeff}}; "
+        "rollout.agent_policy says which agent uses which. Each trainable one has its own samples, advantages, "
+        "optimizer, checkpoint (policies/<name>/) and metrics (policy/<name>/...). {} = the one policy of "
+        "astuner.model. Debug backbone only (verl and Trinity train one model per job).", backbones=DEBUG,
+        rule=lambda v: all(_folder_name(n) for n in v), must="policy names that are folder names")

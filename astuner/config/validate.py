@@ -132,7 +132,7 @@ class _Builder:
                 if not isinstance(entry, Mapping):
                     self.error(where, f"{where} must be a model folder or a mapping, got {entry!r}")
                     continue
-                if not entry.get("path"):
+                if getattr(item_tp, "path_required", True) and not entry.get("path"):
                     self.error(where, f"{where}.path is not set; name the model folder")
                 entries[str(name)] = self.build(item_tp, entry, where)
             return True, entries
@@ -229,6 +229,15 @@ def _check_rules(cfg: AstunerConfig, b: _Builder) -> None:
     if sel.selector_type == "offline_easy2hard" and not sel.feature_keys:
         b.error(where,
                 "offline_easy2hard needs feature_keys: the columns to sort by (higher = easier)")
+    if ok("astuner.policies", "astuner.rollout.agent_policy"):
+        from astuner.model.policies import agent_policy_problems
+
+        for where, problem in agent_policy_problems(cfg.policies, ro.agent_policy):
+            b.error(where, problem)
+        if cfg.policies and ro.trainable_targets is not None and ok("astuner.rollout.trainable_targets"):
+            b.error("astuner.rollout.trainable_targets", "astuner.rollout.trainable_targets and astuner.policies "
+                    "both say which agents learn; with policies, map agents in astuner.rollout.agent_policy (an "
+                    "agent matched by no entry is not trained) and remove trainable_targets")
     tiny = cfg.model.tiny
     if tiny is not None and ok("astuner.model.tiny.hidden_size", "astuner.model.tiny.heads") and \
             tiny.hidden_size % tiny.heads:

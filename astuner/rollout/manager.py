@@ -29,7 +29,8 @@ from astuner.rollout.threads import run_in_own_thread
 from astuner.schema import Sample, Task, WorkflowOutput, WorkflowTask
 from astuner.schema.output import as_workflow_output
 from astuner.task_judge.base import BaseJudge
-from astuner.task_judge.run_judge import judge_episode, task_as_dict
+from astuner.task_judge.run_judge import judge_episode, overall_reward, task_as_dict
+from astuner.model.policies import policy_map
 from astuner.schema.calls import EpisodeRecorder
 
 
@@ -42,7 +43,8 @@ class EpisodeResult:
     task: Task
     repeat_index: int
     episode_uuid: str
-    reward: float = 0.0
+    reward: float = 0.0  # the episode's reward (with one per agent or policy: their mean)
+    rewards: dict[str, float] = field(default_factory=dict)  # {agent or policy: reward} when given per agent
     is_success: bool = False
     failed: bool = False
     error: Optional[str] = None
@@ -107,7 +109,8 @@ def build_judge(judge_plugin: Any, cfg: AstunerConfig) -> Any:
 
 class RolloutManager:
     def __init__(self, cfg: AstunerConfig, workflow: Any, judge: Any, engine: Engine, tokenizer: Any,
-                 auxiliary_models: Optional[dict[str, Any]] = None, env_client: Any = None):
+                 auxiliary_models: Optional[dict[str, Any]] = None, env_client: Any = None,
+                 engines: Optional[dict[str, Engine]] = None):
         self.cfg, self.workflow, self.judge = cfg, workflow, judge
         self.engine, self.tokenizer = engine, tokenizer
         self.auxiliary_models = auxiliary_models or {}
@@ -116,6 +119,8 @@ class RolloutManager:
         self.special_ids = set(getattr(tokenizer, "all_special_ids", []) or [])
         targets = cfg.rollout.trainable_targets
         self.trainable_targets = targets if targets is not None else getattr(workflow, "trainable_targets", None)
+        self.policies = policy_map(cfg, workflow)  # which policy serves which agent (astuner.model.policies)
+        self.engines = dict(engines or {})  # each policy's engine (None: `engine` serves the one policy)
         from astuner.model.chat.tool_parser import resolve_format, resolve_reasoning
 
         # the replies' tool-call format (auto: from the chat template) and thinking, once for the run
@@ -169,7 +174,8 @@ class RolloutManager:
             tuner = ModelTuner(self.engine, self.tokenizer, sampling, ro.max_model_len, result.recorder,
                                trainable_targets=self.trainable_targets,
                                chat_template_kwargs=ro.chat_template_kwargs, loop=asyncio.get_running_loop(),
-                               reply_format=self.reply_format, gateway_settings=ro.openai_gateway)
+                               reply_format=self.reply_format, gateway_settings=ro.openai_gateway,
+                               policies=self.policies, engines=self.engines)
             env = self._env_handle(task, result.episode_uuid)
             workflow_task = WorkflowTask(task=task, repeat_index=repeat_index, episode_uuid=result.episode_uuid, env=env,
                                          workflow_args=dict(ro.workflow_args), auxiliary_models=self.auxiliary_models)
@@ -182,8 +188,12 @@ class RolloutManager:
                     raise TypeError(f"the workflow returned {type(output).__name__}, expected a WorkflowOutput")
                 output = converted
                 result.output = output
-                result.reward, result.is_success, judge_metrics = await judge_episode(
+                reward, result.is_success, judge_metrics = await judge_episode(
                     self.judge, workflow_task, output, self.auxiliary_models)
+                result.reward = overall_reward(reward)
+                if isinstance(reward, dict):
+                    result.rewards = reward
+                    self._check_rewards(reward, result.recorder.calls)
                 numbers, result.text_metrics = split_metrics(output.metrics, "workflow/")
                 judged, judged_text = split_metrics(judge_metrics)
                 result.metrics, result.text_metrics = {**numbers, **judged}, {**result.text_metrics, **judged_text}
@@ -201,6 +211,7 @@ class RolloutManager:
                         logger.warning(f"releasing env instance {env.instance_id} failed: {exc}")
             if result.failed:  # a crash or a timeout, not a wrong answer: not trained on unless failure_reward says
                 result.reward = ro.failure_reward if ro.failure_reward is not None else 0.0
+                result.rewards = {}
                 result.is_success = False
                 logger.error(f"episode {result.episode_uuid} (task {task.task_id}, repeat {repeat_index}) failed:\n"
                              f"{result.error}")
@@ -208,19 +219,31 @@ class RolloutManager:
                 result.mad_reasons = madness_reasons(result.recorder.calls, ro.compute_madness_checklist,
                                                      self.special_ids)
                 if result.mad_reasons:
-                    result.reward, result.is_success = ro.agent_madness_reward, False
+                    result.reward, result.is_success, result.rewards = ro.agent_madness_reward, False, {}
             trained = not result.failed or ro.failure_reward is not None
             result.samples = build_samples(
                 result.recorder.calls, task_id=task.task_id, episode_uuid=result.episode_uuid,
                 repeat_index=repeat_index, max_samples=ro.multi_turn.max_sample_per_task,
                 max_prompt_length=self.cfg.data.max_prompt_length,
                 max_response_length=self.cfg.data.max_response_length, stats=stats,
-                trainable=self.trainable_targets) if trained else []
+                trainable=self._trained_agents(result.recorder.calls)) if trained else []
             for sample in result.samples:
-                sample.reward = result.reward
+                sample.reward = result.rewards.get(sample.agent, result.rewards.get(sample.policy, result.reward))
                 sample.truncated |= result.recorder.truncated
             result.duration_s = time.perf_counter() - started
             return result
+
+    def _trained_agents(self, calls: list[Any]) -> set[str]:
+        """The agents of these calls whose policy learns."""
+        return {c.target for c in calls if self.policies.learns(self.policies.policy_of(c.target))}
+
+    def _check_rewards(self, rewards: dict[str, float], calls: list[Any]) -> None:
+        """A reward per agent or policy must name every trained agent of the episode (by its name or policy's)."""
+        missing = sorted({f"{c.target!r} (policy {c.policy!r})" for c in calls if c.target in
+                          self._trained_agents(calls) and c.target not in rewards and c.policy not in rewards})
+        if missing:
+            raise ValueError(f"the episode's rewards name {', '.join(map(repr, rewards))} but not agent "
+                             f"{', '.join(missing)}; give a reward for each trained agent or its policy")
 
     def _env_handle(self, task: Task, episode_uuid: str) -> Any:
         if not task.env_type or "env_url" not in task.metadata:

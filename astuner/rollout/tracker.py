@@ -3,7 +3,7 @@
 A call whose prompt ids begin with an earlier chain's ids (exact token prefix) extends that chain: the
 new prompt tokens get loss mask 0, the new response tokens mask 1 and their recorded log-probs. A call
 that continues no chain (the template rewrote history, another agent's context, ...) starts a new
-chain; a chain holds the calls of one agent (`CallRecord.target`), whose name its sample carries. Each chain
+chain; a chain holds the calls of one agent (`CallRecord.target`), whose name (and policy) its sample carries. Each chain
 is one sample; with `max_samples` set, at most that many are kept: those with the most generated (trained)
 tokens, ties to the later chain (it holds more of the episode's end); the kept ones stay in call order.
 Calls of agents outside `trainable` (when given) are not trained on: they start or extend no chain.
@@ -23,6 +23,7 @@ class _Chain:
     tokens: list[int]
     prompt_length: int
     agent: str = ""
+    policy: str = "default"
     mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     calls: int = 0
@@ -45,7 +46,7 @@ class TrackerStats:
     dropped_samples: int = 0  # beyond max_samples
     clipped_samples: int = 0  # response part cut to max_response_length
     overlong_prompts: int = 0  # dropped: prompt longer than max_prompt_length
-    untrained_calls: int = 0  # calls of agents outside rollout.trainable_targets
+    untrained_calls: int = 0  # calls of agents that no trainable policy serves
 
 
 def _is_prefix(prefix: list[int], ids: list[int]) -> bool:
@@ -63,7 +64,8 @@ def build_chains(calls: Sequence[CallRecord]) -> tuple[list[_Chain], int]:
             chain = max(candidates, key=lambda c: len(c.tokens))
             merged += 1
         else:
-            chain = _Chain(tokens=list(call.prompt_ids), prompt_length=len(call.prompt_ids), agent=call.target)
+            chain = _Chain(tokens=list(call.prompt_ids), prompt_length=len(call.prompt_ids), agent=call.target,
+                           policy=call.policy)
             chains.append(chain)
         chain.extend(call)
     return chains, merged
@@ -96,7 +98,8 @@ def build_samples(calls: Sequence[CallRecord], *, task_id: str, episode_uuid: st
             stats.clipped_samples += 1
         samples.append(Sample(task_id=task_id, episode_uuid=episode_uuid, repeat_index=repeat_index,
                               input_ids=tokens, prompt_length=chain.prompt_length, loss_mask=mask,
-                              logprobs=logprobs, num_calls=chain.calls, truncated=truncated, agent=chain.agent))
+                              logprobs=logprobs, num_calls=chain.calls, truncated=truncated, agent=chain.agent,
+                              policy=chain.policy))
     if max_samples is not None and len(samples) > max_samples:
         ranked = sorted(range(len(samples)), key=lambda i: (sum(samples[i].loss_mask), i), reverse=True)
         chosen = sorted(ranked[:max_samples])

@@ -26,6 +26,7 @@ class CallRecord:
     response_text: str
     tool_call_errors: list[str] = field(default_factory=list)
     decoded_response: str = ""  # all response ids decoded, end-of-turn token included (continuation matching)
+    policy: str = "default"  # the policy that generated it (astuner.model.policies)
 
 
 @dataclass

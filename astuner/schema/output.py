@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 
 @dataclass
@@ -11,12 +11,14 @@ class WorkflowOutput:
     """The result of one episode.
 
     `reward`: set it to score the episode yourself (it wins over the judge); leave None to let the
-    configured judge score it. `is_success`: optional success flag (defaults to reward > 0 when judged).
+    configured judge score it. In a multi-agent workflow it may be a mapping {agent or policy name: reward}: each
+    sample takes its agent's reward, else its policy's. `is_success`: optional success flag (defaults to the
+    (mean) reward > 0).
     `metadata`: judge input, e.g. {"final_answer": ...}. `response`: the agent's final message (the
     function API's judges receive it). `metrics`: extra per-episode scalars, averaged into the step metrics.
     """
 
-    reward: Optional[float] = None
+    reward: Optional[Union[float, dict[str, float]]] = None
     is_success: Optional[bool] = None
     metadata: dict[str, Any] = field(default_factory=dict)
     response: Any = None
@@ -27,7 +29,7 @@ class WorkflowOutput:
 class JudgeOutput:
     """A judge's verdict on one episode."""
 
-    reward: float
+    reward: Union[float, dict[str, float]]  # a number, or {agent or policy name: number}
     is_success: Optional[bool] = None
     metrics: Optional[dict[str, float]] = None
 

@@ -11,7 +11,8 @@ class Sample:
     """`input_ids` = prompt (the first `prompt_length` tokens) + response part. Over the response part,
     `loss_mask[i]` is 1 for tokens the model generated (trained) and 0 for tokens it was given (tool
     results, later user turns); `logprobs[i]` is the engine's log-prob of a generated token, 0.0 elsewhere.
-    A sample belongs to one episode; every sample of an episode carries the episode's reward."""
+    A sample belongs to one episode; it carries the episode's reward, or its agent's (or policy's) when the
+    workflow or judge gave one per agent or policy."""
 
     task_id: str
     episode_uuid: str
@@ -25,6 +26,7 @@ class Sample:
     truncated: bool = False
     advantage: float = 0.0
     agent: str = ""  # the agent whose calls the sample holds (CallRecord.target)
+    policy: str = "default"  # the policy that generated them, and that trains on it
     metadata: dict[str, Any] = field(default_factory=dict)
     # the trainer's log-probs of the response part before the step's update (its "old policy"), set by the
     # debug trainer for the trajectory viewer; None when the sample was not trained on

@@ -5,17 +5,39 @@ from __future__ import annotations
 
 import inspect
 import math
-from typing import Any, Optional
+from collections.abc import Mapping
+from typing import Any, Optional, Union
 
 from astuner.schema import JudgeOutput, WorkflowOutput, WorkflowTask
 from astuner.schema.output import as_judge_output
 from astuner.task_judge.base import BaseJudge
 
+Reward = Union[float, dict[str, float]]
 
-def _as_reward(value: Any, where: str) -> float:
+
+def _number(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"{where} gave reward {value!r}; a reward must be a finite number")
     return float(value)
+
+
+def _as_reward(value: Any, where: str) -> Reward:
+    """A finite number, or a non-empty mapping of agent or policy names to finite numbers (one reward each)."""
+    if not isinstance(value, Mapping):
+        return _number(value, where)
+    if not value:
+        raise ValueError(f"{where} gave an empty reward mapping; give a number per agent or policy name")
+    out = {}
+    for name, item in value.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{where} gave reward key {name!r}; the keys are agent or policy names")
+        out[name] = _number(item, f"{where} (reward[{name!r}])")
+    return out
+
+
+def overall_reward(reward: Reward) -> float:
+    """One number for an episode's reward: itself, or the mean of the per-agent (per-policy) rewards."""
+    return sum(reward.values()) / len(reward) if isinstance(reward, dict) else reward
 
 
 def task_as_dict(workflow_task: WorkflowTask) -> dict[str, Any]:
@@ -35,10 +57,12 @@ def task_as_dict(workflow_task: WorkflowTask) -> dict[str, Any]:
 
 
 async def judge_episode(judge: Optional[Any], workflow_task: WorkflowTask, output: WorkflowOutput,
-                        auxiliary_models: Optional[dict[str, Any]] = None) -> tuple[float, bool, dict[str, float]]:
+                        auxiliary_models: Optional[dict[str, Any]] = None) -> tuple[Reward, bool, dict[str, float]]:
+    """(reward, is_success, metrics); the reward is a number or {agent or policy name: number}, and success
+    defaults to the (mean) reward being above 0."""
     if output.reward is not None:
         reward = _as_reward(output.reward, "the workflow")
-        success = bool(output.is_success) if output.is_success is not None else reward > 0
+        success = bool(output.is_success) if output.is_success is not None else overall_reward(reward) > 0
         return reward, success, {}
     if judge is None:
         raise ValueError("the workflow returned reward=None and no judge is configured; return a reward or set "
@@ -53,10 +77,10 @@ async def judge_episode(judge: Optional[Any], workflow_task: WorkflowTask, outpu
     verdict = as_judge_output(verdict) or verdict  # agentscope.tuner's JudgeOutput is taken too
     if isinstance(verdict, JudgeOutput):
         reward = _as_reward(verdict.reward, f"judge {name}")
-        success = verdict.is_success if verdict.is_success is not None else reward > 0
+        success = verdict.is_success if verdict.is_success is not None else overall_reward(reward) > 0
         return reward, bool(success), dict(verdict.metrics or {})
     if isinstance(verdict, tuple) and len(verdict) == 2:
         reward = _as_reward(verdict[0], f"judge {name}")
         return reward, bool(verdict[1]), {}
     reward = _as_reward(verdict, f"judge {name}")
-    return reward, reward > 0, {}
+    return reward, overall_reward(reward) > 0, {}
