@@ -1,6 +1,7 @@
 """Checkpoints: `checkpoints/global_step_N/` holds `model/` (save_pretrained: weights, config,
-tokenizer), `trainer_state.pt` (optimizer, RNG states, data order, engine sampler, history) and a
-`COMPLETE` marker written last, so a checkpoint cut short by a crash is never resumed from."""
+tokenizer) — with several policies `policies/<name>/` per learning policy instead —, `trainer_state.pt`
+(optimizers, RNG states, data order, engine samplers, history) and a `COMPLETE` marker written last, so a
+checkpoint cut short by a crash is never resumed from."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ _STEP_DIR = re.compile(r"^global_step_(\d+)$")
 
 
 def rng_state(engine: Any = None) -> dict[str, Any]:
+    """The process's RNG states and the engine's sampler (`engine` may be {policy: engine}: one each)."""
     import numpy as np
     import torch
 
@@ -25,6 +27,10 @@ def rng_state(engine: Any = None) -> dict[str, Any]:
              "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
+    if isinstance(engine, dict):
+        state["engines"] = {name: e.generator.get_state() for name, e in engine.items()
+                            if getattr(e, "generator", None) is not None}
+        return state
     generator = getattr(engine, "generator", None)
     if generator is not None:
         state["engine"] = generator.get_state()
@@ -41,6 +47,14 @@ def restore_rng(state: dict[str, Any], engine: Any = None) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+    if isinstance(engine, dict):
+        if len(engine) == 1 and "engine" in state:  # one policy: saved under "engine"
+            engine = next(iter(engine.values()))
+        else:
+            for name, saved in state.get("engines", {}).items():
+                if name in engine and getattr(engine[name], "generator", None) is not None:
+                    engine[name].generator.set_state(saved)
+            return
     generator = getattr(engine, "generator", None)
     if generator is not None and "engine" in state:
         generator.set_state(state["engine"])
@@ -48,14 +62,17 @@ def restore_rng(state: dict[str, Any], engine: Any = None) -> None:
 
 def save_checkpoint(folder: Path, step: int, model: Any, tokenizer: Any, state: dict[str, Any],
                     keep: Optional[int] = None) -> Path:
+    """`model`: the one policy (saved in model/), or {subfolder: model} (policies/<name>)."""
     import torch
 
     target = folder / f"global_step_{step}"
     if target.exists():
         shutil.rmtree(target)
-    (target / "model").mkdir(parents=True)
-    model.save_pretrained(target / "model")
-    tokenizer.save_pretrained(target / "model")
+    for sub, each in (model.items() if isinstance(model, dict) else [("model", model)]):
+        (target / sub).mkdir(parents=True)
+        each.save_pretrained(target / sub)
+        tokenizer.save_pretrained(target / sub)
+    target.mkdir(parents=True, exist_ok=True)
     torch.save({**state, "step": step}, target / "trainer_state.pt")
     (target / "COMPLETE").write_text(str(step))
     if keep is not None:

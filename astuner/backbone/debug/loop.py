@@ -44,9 +44,8 @@ class DebugTrainer:
         import torch
 
         from astuner.data.selector import build_selector
-        from astuner.model.engines.factory import build_engine, load_tokenizer, pick_engine
+        from astuner.model.engines.factory import load_tokenizer, pick_engine
         from astuner.task_reader import build_task_reader
-        from astuner.backbone.debug.policy import PolicyTrainer
 
         cfg, tc = self.cfg, self.cfg.trainer_common
         torch.manual_seed(tc.seed)
@@ -65,34 +64,13 @@ class DebugTrainer:
         self.tokenizer = load_tokenizer(self.model_path)
         self._pieces = TokenPieces(self.tokenizer)
         self.checkpoint = latest_checkpoint(self.run_dir.checkpoints) if self.run_dir.resumed else None
-        self.model = self._load_policy(self.checkpoint / "model" if self.checkpoint else None, device, trainable=True)
-        self.model.eval()
-        reference = None
-        if tc.algorithm.use_kl_loss:  # frozen: held in the compute dtype (half the memory under bf16)
-            warm = self.run_dir.checkpoints / "global_step_0" / "model"  # after the SFT warm start, if any
-            if cfg.model.lora is not None and tc.sft.steps == 0:
-                from astuner.backbone.debug.lora import AdapterDisabled
-
-                reference = AdapterDisabled(self.model)  # the base model itself: no second copy of the weights
-            else:
-                reference = (self._load_policy(warm if warm.is_dir() else None, device, trainable=False)
-                             if self.checkpoint else copy.deepcopy(self.model))
-                reference.eval().requires_grad_(False)
-                if self.dtype == "bf16":
-                    reference.to(torch.bfloat16)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
             else self.tokenizer.eos_token_id
-        self.policy = PolicyTrainer(self.model, self.pad_id, tc, reference)
-        self.engine = build_engine(cfg, self.tokenizer, model=self.model, model_path=self.model_path)
-        self.shares_weights = getattr(self.engine, "model", None) is self.model
-        from astuner.backbone.debug.lora import tied_embedding_adapted
-
-        if not self.shares_weights and tied_embedding_adapted(self.model):
-            raise ConfigError(f"astuner.model.lora.target_modules adapts the output head or input embedding of "
-                              f"{self.model_path}, whose two are one matrix (tied); the {pick_engine(cfg)} engine loads "
-                              f"them tied, so leave both out of target_modules or use engine hf")
-        if self.checkpoint is not None and not self.shares_weights:  # the engine loaded the initial weights
-            self._await(self.engine.update_weights(self._engine_weights()))
+        if cfg.policies:
+            self._setup_policies(device)
+        else:
+            self._setup_one_policy(device)
+        self.engine = next(iter(self.slots.values())).engine
         reader = build_task_reader(cfg, self.ctx.config.extra_roots)
         self.train_tasks = reader.train_tasks()
         self.val_tasks = reader.val_tasks()
@@ -108,7 +86,8 @@ class DebugTrainer:
         auxiliary = {**config_auxiliary_models(cfg, self.ctx.config.extra_roots),
                      **(getattr(self.ctx, "auxiliary_models", None) or {})}
         self.manager = RolloutManager(cfg, self.ctx.plugins.workflow, self.judge, self.engine, self.tokenizer,
-                                      auxiliary_models=auxiliary)
+                                      auxiliary_models=auxiliary,
+                                      engines={name: slot.engine for name, slot in self.slots.items()})
         steps_per_epoch = self.selector.steps_per_epoch(cfg.data.train_batch_size)
         self.total_steps = tc.total_training_steps or tc.total_epochs * steps_per_epoch
         from astuner.records.monitors import open_monitors
@@ -120,10 +99,13 @@ class DebugTrainer:
         self.start_step = 0
         if self.checkpoint is not None:
             state = load_trainer_state(self.checkpoint)
-            self.policy.optimizer.load_state_dict(state["optimizer"])
-            self.policy.optimizer_steps = state["optimizer_steps"]
+            for name, slot in self.slots.items():
+                if slot.learns:
+                    own = state if slot.folder == "model" else state["policies"][name]
+                    slot.trainer.optimizer.load_state_dict(own["optimizer"])
+                    slot.trainer.optimizer_steps = own["optimizer_steps"]
             self.selector.load_state_dict(state["selector"])
-            restore_rng(state["rng"], self.engine)
+            restore_rng(state["rng"], self._engines())
             self.start_step = state["step"]
             self.writer.truncate_after(self.start_step)
             logger.info(f"resumed from {self.checkpoint} (step {self.start_step} of {self.total_steps})")
@@ -131,26 +113,135 @@ class DebugTrainer:
             self.writer.truncate_after(-1)
             logger.warning(f"--resume: {self.run_dir.checkpoints} holds no complete checkpoint; starting from step 0 "
                            f"(the earlier run's metric rows are cleared)")
-        logger.info(f"debug backbone: model {self.model_path} on {device} ({self.dtype} compute, fp32 weights), "
+        logger.info(f"debug backbone: {self._models_line()} on {device} ({self.dtype} compute, fp32 weights), "
                     f"engine {type(self.engine).__name__}, {len(self.train_tasks)} training / {len(self.val_tasks)} "
                     f"validation tasks, {self.total_steps} steps of {cfg.data.train_batch_size} tasks x "
                     f"{cfg.rollout.num_repeat} episodes")
 
-    def _load_policy(self, folder: Optional[Any], device: str, trainable: bool) -> Any:
-        """The policy from model.path, or from a checkpoint's model/ folder (a whole model, or with
-        model.lora the adapter over model.path's weights); with model.lora a fresh adapter when no folder."""
+    def _setup_one_policy(self, device: str) -> None:
+        """astuner.model: the run's one policy (checkpoint folder model/)."""
+        import torch
+
+        from astuner.backbone.debug.policies import PolicySlot
+        from astuner.backbone.debug.policy import PolicyTrainer
+        from astuner.model.engines.factory import build_engine, pick_engine
+
+        cfg, tc = self.cfg, self.cfg.trainer_common
+        self.model = self._load_policy(self.checkpoint / "model" if self.checkpoint else None, device, trainable=True)
+        self.model.eval()
+        reference = None
+        if tc.algorithm.use_kl_loss:  # frozen: held in the compute dtype (half the memory under bf16)
+            warm = self.run_dir.checkpoints / "global_step_0" / "model"  # after the SFT warm start, if any
+            if cfg.model.lora is not None and tc.sft.steps == 0:
+                from astuner.backbone.debug.lora import AdapterDisabled
+
+                reference = AdapterDisabled(self.model)  # the base model itself: no second copy of the weights
+            else:
+                reference = (self._load_policy(warm if warm.is_dir() else None, device, trainable=False)
+                             if self.checkpoint else copy.deepcopy(self.model))
+                reference.eval().requires_grad_(False)
+                if self.dtype == "bf16":
+                    reference.to(torch.bfloat16)
+        self.policy = PolicyTrainer(self.model, self.pad_id, tc, reference)
+        self.engine = build_engine(cfg, self.tokenizer, model=self.model, model_path=self.model_path)
+        self.shares_weights = getattr(self.engine, "model", None) is self.model
+        from astuner.backbone.debug.lora import tied_embedding_adapted
+
+        if not self.shares_weights and tied_embedding_adapted(self.model):
+            raise ConfigError(f"astuner.model.lora.target_modules adapts the output head or input embedding of "
+                              f"{self.model_path}, whose two are one matrix (tied); the {pick_engine(cfg)} engine loads "
+                              f"them tied, so leave both out of target_modules or use engine hf")
+        if self.checkpoint is not None and not self.shares_weights:  # the engine loaded the initial weights
+            self._await(self.engine.update_weights(self._engine_weights()))
+        self.slots = {"default": PolicySlot("default", self.model, self.engine, self.policy, "model",
+                                            self.shares_weights)}
+
+    def _setup_policies(self, device: str) -> None:
+        """astuner.policies: a model, an hf engine and (when it learns) a trainer per policy, in the config's order;
+        each learning policy's weights from the checkpoint's policies/<name>/ on resume."""
+        import copy as copying
+
+        import torch
+
+        from astuner.backbone.debug.policies import (PolicySlot, check_supported, policy_seed, policy_trainer_config,
+                                                     same_vocabulary)
+        from astuner.backbone.debug.policy import PolicyTrainer
+        from astuner.model.engines.factory import build_engine, load_tokenizer, pick_engine
+        from astuner.model.model_path import resolve_local_model
+
+        cfg, tc = self.cfg, self.cfg.trainer_common
+        problem = check_supported(cfg, pick_engine(cfg))
+        if problem:
+            raise ConfigError(problem)
+        self.slots = {}
+        for name, pc in cfg.policies.items():
+            key = f"astuner.policies.{name}"
+            if pc.path is None:
+                path, lora_cfg = self.model_path, cfg.model.lora
+            else:
+                path = resolve_local_model(pc.path, pc.tiny, f"{key}.path", list(self.ctx.config.extra_roots))
+                lora_cfg = pc.lora
+                if not same_vocabulary(load_tokenizer(path), self.tokenizer):
+                    raise ConfigError(f"{key}.path: {path} has another tokenizer (or chat template) than "
+                                      f"astuner.model.path {self.model_path}; the policies of a run share one")
+            folder = f"policies/{name}"
+            saved = self.checkpoint / folder if self.checkpoint is not None and pc.trainable else None
+            torch.manual_seed(policy_seed(tc.seed, name))  # a LoRA adapter's initialisation, per policy
+            model = self._load_policy(saved, device, pc.trainable, base=path, lora_cfg=lora_cfg,
+                                      seed=policy_seed(tc.seed, name))
+            model.eval()
+            trainer = None
+            if pc.trainable:
+                own = policy_trainer_config(tc, pc)
+                reference = None
+                if own.algorithm.use_kl_loss:  # the policy's initial weights, frozen
+                    if lora_cfg is not None:
+                        from astuner.backbone.debug.lora import AdapterDisabled
+
+                        reference = AdapterDisabled(model)
+                    else:
+                        reference = (self._load_policy(None, device, False, base=path, lora_cfg=None)
+                                     if saved is not None else copying.deepcopy(model))
+                        reference.eval().requires_grad_(False)
+                        if self.dtype == "bf16":
+                            reference.to(torch.bfloat16)
+                trainer = PolicyTrainer(model, self.pad_id, own, reference)
+            else:
+                model.requires_grad_(False)
+            engine = build_engine(cfg, self.tokenizer, model=model, model_path=path, seed=policy_seed(cfg.rollout.seed,
+                                                                                                     name))
+            self.slots[name] = PolicySlot(name, model, engine, trainer, folder, getattr(engine, "model", None) is model)
+        first = next(iter(self.slots.values()))
+        self.model, self.policy = first.model, first.trainer
+        self.shares_weights = all(slot.shares_weights for slot in self.slots.values())
+
+    def _engines(self) -> dict[str, Any]:
+        return {name: slot.engine for name, slot in self.slots.items()}
+
+    def _models_line(self) -> str:
+        if not self.cfg.policies:
+            return f"model {self.model_path}"
+        return "policies " + ", ".join(f"{name} ({'trainable' if slot.learns else 'frozen'})"
+                                       for name, slot in self.slots.items())
+
+    def _load_policy(self, folder: Optional[Any], device: str, trainable: bool, base: Optional[str] = None,
+                     lora_cfg: Any = "model", seed: Optional[int] = None) -> Any:
+        """The policy from `base` (default model.path), or from a checkpoint's folder (a whole model, or with
+        LoRA (`lora_cfg`, default model.lora) the adapter over base's weights); with LoRA a fresh adapter when no
+        folder."""
         import torch
         from transformers import AutoModelForCausalLM
 
         from astuner.backbone.debug import lora
 
-        lora_cfg = self.cfg.model.lora
+        lora_cfg = self.cfg.model.lora if lora_cfg == "model" else lora_cfg
+        base = base or self.model_path
         adapter = folder is not None and lora.is_adapter_folder(folder)
         if folder is not None and adapter != (lora_cfg is not None):
             held = "a LoRA adapter" if adapter else "a whole model"
             raise ConfigError(f"{folder} holds {held} but astuner.model.lora is {'not ' if lora_cfg is None else ''}set; "
                               f"resume with the config the run started with, or start a new experiment")
-        weights = self.model_path if folder is None or adapter else str(folder)
+        weights = base if folder is None or adapter else str(folder)
         try:
             model = AutoModelForCausalLM.from_pretrained(weights, dtype=torch.float32).to(device)
         except Exception as exc:  # noqa: BLE001 - OSError, safetensors' and transformers' errors on a bad folder
@@ -163,21 +254,22 @@ class DebugTrainer:
             lora.check_same_adapter(folder, lora_cfg)
             model = lora.load_adapter(model, folder, trainable)
         else:
-            model = lora.add_adapter(model, lora_cfg, self.cfg.trainer_common.seed)
+            model = lora.add_adapter(model, lora_cfg, self.cfg.trainer_common.seed if seed is None else seed)
         if trainable:
             count, total = lora.trainable_counts(model)
             logger.info(f"LoRA rank {lora_cfg.rank}, alpha {lora_cfg.alpha:g} on {lora_cfg.target_modules}: {count:,} "
                         f"trainable of {total:,} parameters ({100 * count / total:.2f}%)")
         return model
 
-    def _engine_weights(self) -> Any:
+    def _engine_weights(self, slot: Any = None) -> Any:
         """What the engine loads after an update: nothing when it shares the policy module, else the policy's
         weights as the base model names them (with LoRA, merged)."""
-        if self.shares_weights:
+        slot = slot or next(iter(self.slots.values()))
+        if slot.shares_weights:
             return None
         from astuner.backbone.debug.lora import merged_state_dict
 
-        return merged_state_dict(self.model)
+        return merged_state_dict(slot.model)
 
     # -- the loop ----------------------------------------------------------------------------------
     def fit(self) -> None:
@@ -269,7 +361,7 @@ class DebugTrainer:
         logger.warning("Ctrl-C: finishing the current step, then saving (press again to abandon it)")
 
     def train_step(self, step: int) -> dict[str, float]:
-        cfg, al = self.cfg, self.cfg.trainer_common.algorithm
+        cfg = self.cfg
         tasks = self.selector.next_batch(cfg.data.train_batch_size)
         t0 = time.perf_counter()
         batch = self._await(self.manager.run(tasks, "train", tag=f"{self.ctx.config.experiment_name}:train:{step}"))
@@ -280,16 +372,34 @@ class DebugTrainer:
         selection = selection_metrics(samples)
         samples, operator_metrics = apply_operators(cfg.data_processor.experience_pipeline.operators, samples,
                                                     self.selector.feedback)
-        dropped: set[str] = set()
-        if al.drop_zero_variance_groups:
-            dropped = zero_variance_groups(samples)
-            samples = [s for s in samples if s.task_id not in dropped]
-        assign_advantages(samples, al.adv_estimator, al.norm_adv_by_std_in_grpo, al.adv_epsilon, al.step_norm)
         metrics = {**batch.metrics, **selection, **operator_metrics}
-        if samples:
-            metrics.update(self.policy.update(samples, cfg.rollout.temperature))
+        several = bool(cfg.policies)
+        trained: list[Any] = []
+        dropped_groups = 0
+        for name, slot in self.slots.items():  # the config's order: a resumed run updates them the same way
+            own = [s for s in samples if s.policy == name] if several else samples
+            if not slot.learns:
+                continue
+            al = slot.trainer.cfg.algorithm
+            prefix = f"policy/{name}/" if several else ""
+            if several and own:
+                metrics[f"{prefix}reward/mean"] = statistics.fmean(s.reward for s in own)
+            dropped: set[str] = set()
+            if al.drop_zero_variance_groups:  # a group: the policy's samples of one task
+                dropped = zero_variance_groups(own)
+                own = [s for s in own if s.task_id not in dropped]
+            dropped_groups += len(dropped)
+            assign_advantages(own, al.adv_estimator, al.norm_adv_by_std_in_grpo, al.adv_epsilon, al.step_norm)
+            if own:
+                metrics.update({prefix + k: v for k, v in slot.trainer.update(own, cfg.rollout.temperature).items()})
+            if several:
+                metrics[f"{prefix}train/samples"] = float(len(own))
+            trained += own
+        samples = trained
         t2 = time.perf_counter()
-        self._await(self.engine.update_weights(self._engine_weights()))
+        for slot in self.slots.values():
+            if slot.learns:
+                self._await(slot.engine.update_weights(self._engine_weights(slot)))
         t3 = time.perf_counter()
         lengths = [sum(s.loss_mask) for s in samples] or [0]
         trained_tokens = sum(lengths)
@@ -297,7 +407,7 @@ class DebugTrainer:
             "train/epoch": float(self.selector.epoch),
             "train/tasks": float(len(tasks)),
             "train/samples": float(len(samples)),
-            "train/dropped_groups": float(len(dropped)),
+            "train/dropped_groups": float(dropped_groups),
             "train/response_length_mean": statistics.fmean(lengths),
             "train/response_length_max": float(max(lengths)),
             "perf/time_rollout_s": t1 - t0,
@@ -322,9 +432,18 @@ class DebugTrainer:
         return out
 
     def save(self, step: int) -> None:
-        state = {"optimizer": self.policy.optimizer.state_dict(), "optimizer_steps": self.policy.optimizer_steps,
-                 "selector": self.selector.state_dict(), "rng": rng_state(self.engine)}
-        save_checkpoint(self.run_dir.checkpoints, step, self.model, self.tokenizer, state,
+        if not self.cfg.policies:
+            state = {"optimizer": self.policy.optimizer.state_dict(), "optimizer_steps": self.policy.optimizer_steps,
+                     "selector": self.selector.state_dict(), "rng": rng_state(self.engine)}
+            models: Any = self.model
+        else:  # the learning policies' weights and optimizers; a frozen one has neither
+            learning = {name: slot for name, slot in self.slots.items() if slot.learns}
+            state = {"policies": {name: {"optimizer": slot.trainer.optimizer.state_dict(),
+                                         "optimizer_steps": slot.trainer.optimizer_steps}
+                                  for name, slot in learning.items()},
+                     "selector": self.selector.state_dict(), "rng": rng_state(self._engines())}
+            models = {slot.folder: slot.model for slot in learning.values()}
+        save_checkpoint(self.run_dir.checkpoints, step, models, self.tokenizer, state,
                         self.cfg.trainer_common.max_checkpoints_to_keep)
 
     def _trajectories(self, step: int, batch: RolloutBatch) -> None:
@@ -347,6 +466,8 @@ class DebugTrainer:
                              "trained_tokens": sum(s.loss_mask), "num_calls": s.num_calls, "agent": s.agent}
                             for s in e.samples],
                 "agents": sorted({c.target for c in e.recorder.calls}),
+                "policies": {c.target: c.policy for c in e.recorder.calls},  # agent -> the policy that served it
+                "rewards": e.rewards,  # {agent or policy: reward} when the workflow or judge gave one each
                 "metrics": {**e.metrics, **e.text_metrics},  # the workflow's and judge's, text ones as text
                 "metadata": e.output.metadata if e.output else None,
             })
@@ -367,6 +488,9 @@ class DebugTrainer:
         parts += [f"errors {m['rollout/error_rate']:.2f}", f"{m['perf/time_step_s']:.1f}s"]
         if "val/reward_mean" in m:
             parts.append(f"val {m['val/reward_mean']:.3f}")
+        for name in self.cfg.policies:
+            if f"policy/{name}/reward/mean" in m:
+                parts.append(f"{name} {m[f'policy/{name}/reward/mean']:.3f}")
         return " | ".join(parts)
 
     def _finish(self) -> None:
@@ -375,9 +499,12 @@ class DebugTrainer:
             if writer is not None:
                 writer.close()  # the trackers first: nothing that fails below can cost them their last step
         finally:
-            shutdown = getattr(getattr(self, "engine", None), "shutdown", None)
-            if shutdown is not None:
-                shutdown()
+            slots = getattr(self, "slots", None)
+            engines = [slot.engine for slot in slots.values()] if slots else [getattr(self, "engine", None)]
+            for engine in engines:
+                shutdown = getattr(engine, "shutdown", None)
+                if shutdown is not None:
+                    shutdown()
             pending = asyncio.all_tasks(self.loop)  # engines' background tasks: cancel them as asyncio.run would
             for task in pending:
                 task.cancel()

@@ -36,22 +36,24 @@ def pick_engine(cfg: AstunerConfig) -> str:
     return "hf"
 
 
-def build_engine(cfg: AstunerConfig, tokenizer: Any, model: Any = None, model_path: str | None = None) -> Any:
+def build_engine(cfg: AstunerConfig, tokenizer: Any, model: Any = None, model_path: str | None = None,
+                 seed: int | None = None) -> Any:
     """The engine for `cfg.rollout.engine`. `model`: a loaded policy for the hf engine to share;
-    `model_path`: where the weights are (default model.path)."""
+    `model_path`: where the weights are (default model.path); `seed`: its sampler's (default rollout.seed)."""
     kind = pick_engine(cfg)
     ro = cfg.rollout
+    seed = ro.seed if seed is None else seed
     path = model_path or cfg.model.path
     if kind == "hf":
         from astuner.model.engines.hf import HFEngine, pad_id_of, stop_token_ids_of
 
         if model is None:
-            return HFEngine.from_pretrained(path, tokenizer, ro.max_num_seqs, ro.batch_wait_ms, ro.seed)
+            return HFEngine.from_pretrained(path, tokenizer, ro.max_num_seqs, ro.batch_wait_ms, seed)
         from astuner.model.precision import compute_dtype
 
         device = next(model.parameters()).device.type  # the trainer's recipe: it shares the module
         return HFEngine(model, stop_token_ids_of(tokenizer, model), pad_id_of(tokenizer), ro.max_num_seqs,
-                        ro.batch_wait_ms, ro.seed, compute_dtype(cfg.trainer_common.dtype, device))
+                        ro.batch_wait_ms, seed, compute_dtype(cfg.trainer_common.dtype, device))
     if kind == "openai":
         from astuner.model.engines.openai_engine import OpenAIEngine
 
@@ -62,6 +64,6 @@ def build_engine(cfg: AstunerConfig, tokenizer: Any, model: Any = None, model_pa
                               "or use engine: hf")
         from astuner.model.engines.vllm_engine import VLLMEngine
 
-        return VLLMEngine(path, ro.max_model_len, ro.max_num_seqs, ro.tensor_model_parallel_size, ro.seed,
+        return VLLMEngine(path, ro.max_model_len, ro.max_num_seqs, ro.tensor_model_parallel_size, seed,
                           ro.gpu_memory_utilization)
     raise ConfigError(f"unknown engine {kind!r}")

@@ -1,0 +1,59 @@
+"""Several policies in one debug run (`astuner.policies`): each is a model of its own (its own copy of the base
+weights, or base + its own LoRA adapter) with its own hf engine, and, when it learns, its own `PolicyTrainer`
+(AdamW, settings merged from trainer_common and the policy's overrides). A frozen policy is loaded with no
+gradient and no optimizer, and nothing of it is saved. Checkpoints keep each learning policy's weights in
+`policies/<name>/` and its optimizer in trainer_state.pt; with one policy the layout stays `model/`."""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from astuner.config.schema import TrainerCommonConfig
+
+
+@dataclass
+class PolicySlot:
+    name: str
+    model: Any
+    engine: Any
+    trainer: Any  # PolicyTrainer, or None for a frozen policy
+    folder: str  # its weights in a checkpoint: "model" (the one policy) or "policies/<name>"
+    shares_weights: bool  # the engine runs the trained module itself (hf): nothing to push after an update
+
+    @property
+    def learns(self) -> bool:
+        return self.trainer is not None
+
+
+def policy_seed(seed: int, name: str) -> int:
+    """A seed per policy (adapter initialisation, engine sampling) derived from the run's: stable across runs
+    (crc32, not Python's randomised hash)."""
+    return (seed + zlib.crc32(name.encode("utf-8"))) % (2 ** 31)
+
+
+def policy_trainer_config(tc: TrainerCommonConfig, policy: Any) -> TrainerCommonConfig:
+    """trainer_common with the policy's own optim and algorithm values where it sets them."""
+    def merged(base: Any, own: Any) -> Any:
+        changes = {f.name: getattr(own, f.name) for f in dataclasses.fields(own) if getattr(own, f.name) is not None}
+        return dataclasses.replace(base, **changes)
+
+    return dataclasses.replace(tc, optim=merged(tc.optim, policy.optim),
+                               algorithm=merged(tc.algorithm, policy.algorithm))
+
+
+def same_vocabulary(a: Any, b: Any) -> bool:
+    return a.get_vocab() == b.get_vocab() and a.chat_template == b.chat_template
+
+
+def check_supported(cfg: Any, engine_kind: str) -> Optional[str]:
+    """Why this run's policies cannot run on the debug backbone, or None."""
+    if engine_kind != "hf":
+        return (f"astuner.policies: several policies are served by hf engines (one per policy); engine "
+                f"{engine_kind} serves one model; set astuner.rollout.engine: hf")
+    if cfg.trainer_common.sft.steps > 0:
+        return ("astuner.trainer_common.sft: the SFT warm start trains one policy; with astuner.policies set sft.steps "
+                "to 0 (or warm-start each policy's model first and point its path there)")
+    return None
