@@ -105,6 +105,35 @@ def check_model_at(raw: str, tiny: Any, key: str, extra_roots: Sequence[Path], o
     return f"model: {found} ({data['model_type']})"
 
 
+_ONE_MODEL = {
+    "verl": "verl 0.9 trains one actor model per job (one actor worker group; its vLLM serves one LoRA adapter, "
+            "under one fixed id)",
+    "trinity": "Trinity-RFT 0.6 trains one model per job (one trainer, one LoRA adapter; its auxiliary models are "
+               "never updated)",
+}
+
+
+def policies_note(cfg: Any, backbone: str) -> str:
+    """The agent -> policy map as --dry-run prints it; several policies where the backbone cannot train them
+    are refused here, before anything starts."""
+    from astuner.errors import ConfigError
+    from astuner.model.policies import policy_map
+
+    if backbone != "debug":
+        raise ConfigError(f"astuner.policies names {len(cfg.policies)} "
+                          f"polic{'y' if len(cfg.policies) == 1 else 'ies'}, but "
+                          f"{_ONE_MODEL.get(backbone, f'the {backbone} backbone trains one model')}; train "
+                          f"several policies with --backbone debug, or remove astuner.policies (astuner.model is the "
+                          f"one policy)")
+    from astuner.backbone.debug.policies import check_supported
+    from astuner.model.engines.factory import pick_engine
+
+    problem = check_supported(cfg, pick_engine(cfg))
+    if problem:
+        raise ConfigError(problem)
+    return "policies: " + "; ".join(policy_map(cfg).describe())
+
+
 def preflight(run_config: Any, exp_dir: Path, offline: bool, backbone: Any = None) -> list[str]:
     """Every check above, in order, and what the machine gives the run (the `Backbone`'s `plan`: GPUs, engines,
     memory); notes for the user. Raises the first UserError found."""
@@ -123,6 +152,8 @@ def preflight(run_config: Any, exp_dir: Path, offline: bool, backbone: Any = Non
 
         raise ConfigError(f"astuner.auxiliary_models: served on the debug backbone only in this version (backbone "
                           f"{backbone.name!r}); run there, or remove them")
+    if cfg.policies:
+        notes.append(policies_note(cfg, backbone.name))
     unread = unread_by(cfg, backbone.name)
     if unread:  # the declaration says which backbones read each key (README, config reference)
         notes.append(f"set but not read by the {backbone.name} backbone (no effect there): {', '.join(unread)}")

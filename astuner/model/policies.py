@@ -115,8 +115,10 @@ def agent_policy_problems(policies: dict[str, Any], agent_policy: dict[str, str]
             if hit and (both_patterns or agent_policy[first] != agent_policy[second]):
                 example = second if not is_pattern(second) else first if not is_pattern(first) else None
                 said = f" (agent {example!r})" if example else ""
-                out.append((f"astuner.rollout.agent_policy.{second}",
-                            f"astuner.rollout.agent_policy: {first!r} and {second!r} both match one agent{said}; "
+                blamed = second if is_pattern(second) else first  # the pattern that reaches too far
+                out.append((f"astuner.rollout.agent_policy.{blamed}",
+                            f"astuner.rollout.agent_policy.{blamed}: {first!r} and {second!r} both match one "
+                            f"agent{said}; "
                             f"make the patterns disjoint"))
     if len(policies) > 1 and not agent_policy:
         out.append(("astuner.rollout.agent_policy", f"astuner.policies names {len(policies)} policies "

@@ -1,0 +1,174 @@
+"""Several policies in one debug run (astuner.policies): the signal game's hinter and guesser each learn their own
+policy next to a frozen noise agent; the frozen weights stay bit-identical and get no optimizer or checkpoint; a
+resumed run is the uninterrupted one, bit for bit; mistakes in the map exit 2 at --dry-run naming the key."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from tests.conftest import REPO_ROOT, run_cli
+
+CONF = "tutorial/example_multi_agent_cpu/signal_game.yaml"
+
+
+@pytest.fixture
+def game(tmp_path, monkeypatch):
+    """The multi-agent tutorial in a temp folder, the working folder (its tiny model is created there)."""
+    shutil.copytree(REPO_ROOT / "tutorial" / "example_multi_agent_cpu",
+                    tmp_path / "tutorial" / "example_multi_agent_cpu")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def trainers(monkeypatch):
+    """The DebugTrainer of each run, kept for inspection after it ends."""
+    from astuner.backbone.debug.loop import DebugTrainer
+
+    kept = []
+    original = DebugTrainer.__init__
+
+    def init(self, ctx):
+        original(self, ctx)
+        kept.append(self)
+
+    monkeypatch.setattr(DebugTrainer, "__init__", init)
+    return kept
+
+
+def rows(root: Path) -> list[dict]:
+    return [json.loads(line) for line in (root / "metrics.jsonl").read_text().splitlines()]
+
+
+def args(steps, *extra):
+    return ["--conf", CONF, f"astuner.trainer_common.total_training_steps={steps}", *extra]
+
+
+def weights(model) -> dict:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def test_two_policies_learn_and_the_frozen_one_stays_bit_identical(game, trainers, capsys):
+    from transformers import AutoModelForCausalLM
+
+    code, _, err = run_cli(args(300, "astuner.trainer_common.test_freq=-1", "astuner.trainer_common.save_freq=-1",
+                                "astuner.trainer_common.val_before_train=false"), capsys)
+    assert code == 0, err[-3000:]
+    root = game / "launcher_record" / "signal_game"
+    history = [r for r in rows(root) if r["step"] > 0]
+    assert len(history) == 300
+    for policy, gain in (("hinter", 0.5), ("guesser", 0.2)):
+        series = [r[f"policy/{policy}/reward/mean"] for r in history]
+        early, late = statistics.fmean(series[:30]), statistics.fmean(series[-30:])
+        assert late > early + gain, (policy, early, late)
+        assert history[-1][f"policy/{policy}/actor/optimizer_steps"] == 300  # its own optimizer, a step each
+    assert not any(k.startswith("policy/noise/") for r in history for k in r)  # the frozen one is not trained
+    team = [r["workflow/team_success"] for r in history]
+    assert statistics.fmean(team[-30:]) > statistics.fmean(team[:30]) + 0.2
+
+    trainer = trainers[-1]
+    noise = trainer.slots["noise"]
+    assert noise.trainer is None and not any(p.requires_grad or p.grad is not None for p in noise.model.parameters())
+    base = AutoModelForCausalLM.from_pretrained(trainer.model_path, dtype=torch.float32).state_dict()
+    after = noise.model.state_dict()
+    assert after.keys() == base.keys() and all(torch.equal(after[k], base[k]) for k in base)
+    moved = trainer.slots["hinter"].model.state_dict()
+    assert any(not torch.equal(moved[k], base[k]) for k in base)  # a learner's weights did move
+
+    checkpoint = root / "checkpoints" / "global_step_300"
+    assert sorted(p.name for p in (checkpoint / "policies").iterdir()) == ["guesser", "hinter"]
+    assert not (checkpoint / "model").exists()
+    state = torch.load(checkpoint / "trainer_state.pt", weights_only=True)
+    assert sorted(state["policies"]) == ["guesser", "hinter"] and sorted(state["rng"]["engines"]) == [
+        "guesser", "hinter", "noise"]
+
+    # each episode's agents with their policies and rewards, for the viewer
+    episode = json.loads((root / "trajectories" / "300.jsonl").read_text().splitlines()[0])
+    assert episode["policies"] == {"hinter": "hinter", "noise": "noise", "guesser": "guesser"}
+    assert set(episode["rewards"]) == {"hinter", "guesser"}
+    assert {s["agent"] for s in episode["samples"]} == {"hinter", "guesser"}  # the frozen agent's call is not one
+
+
+def test_a_resumed_run_is_the_uninterrupted_one_for_every_policy(game, capsys):
+    def own_settings(a):  # different settings per policy: each optimizer state must come back as its own
+        a["policies"]["guesser"] = {"optim": {"lr": 3.0e-3}}
+        a["policies"]["hinter"] = {"algorithm": {"clip_ratio_high": 0.28}}
+
+    conf = edited(game, own_settings)
+    small = ["astuner.data.train_batch_size=4", "astuner.rollout.num_repeat=4", "astuner.trainer_common.test_freq=-1",
+             "astuner.trainer_common.val_before_train=false", "astuner.trainer_common.save_freq=2",
+             "astuner.trainer_common.algorithm.drop_zero_variance_groups=false"]
+
+    def args(steps, *extra):
+        return ["--conf", conf, f"astuner.trainer_common.total_training_steps={steps}", *extra]
+
+    code, _, err = run_cli(args(6, *small, "astuner.experiment_name=straight"), capsys)
+    assert code == 0, err[-3000:]
+    assert run_cli(args(3, *small, "astuner.experiment_name=split"), capsys)[0] == 0
+    code, _, err = run_cli(args(6, *small, "astuner.experiment_name=split") + ["--resume"], capsys)
+    assert code == 0 and "resumed from" in err, err[-3000:]
+
+    def final(name, policy):
+        from safetensors.torch import load_file
+
+        folder = game / "launcher_record" / name / "checkpoints" / "global_step_6" / "policies" / policy
+        return load_file(str(folder / "model.safetensors"))
+
+    for policy in ("hinter", "guesser"):
+        straight, resumed = final("straight", policy), final("split", policy)
+        assert straight.keys() == resumed.keys() and all(torch.equal(straight[k], resumed[k]) for k in straight)
+    timing = ("perf/", "timing")
+
+    def trained(name):
+        return [{k: v for k, v in r.items() if not k.startswith(timing)}
+                for r in rows(game / "launcher_record" / name)]
+
+    assert trained("straight") == trained("split")
+    assert trained("straight")[-1]["policy/guesser/actor/lr"] == 3.0e-3
+
+
+def edited(game: Path, change) -> str:
+    path = game / CONF
+    config = yaml.safe_load(path.read_text())
+    change(config["astuner"])
+    out = path.with_name("edited.yaml")
+    out.write_text(yaml.safe_dump(config))
+    return str(out.relative_to(game))
+
+
+@pytest.mark.parametrize("change, key, fragment", [
+    (lambda a: a["rollout"]["agent_policy"].update(guesser="guessr"), "astuner.rollout.agent_policy.guesser",
+     "unknown policy 'guessr'"),
+    (lambda a: a["rollout"]["agent_policy"].update({"*er": "noise"}), "astuner.rollout.agent_policy.*er",
+     "both match one agent"),
+    (lambda a: a["rollout"]["agent_policy"].update({"player_*": "guesser", "p*_[0-9]": "hinter"}),
+     "astuner.rollout.agent_policy.player_*", "'p*_[0-9]' and 'player_*' both match one agent"),
+    (lambda a: a["rollout"]["agent_policy"].pop("guesser"), "astuner.policies.guesser",
+     "is trainable but no astuner.rollout.agent_policy entry uses it"),
+    (lambda a: a["rollout"].pop("agent_policy"), "astuner.rollout.agent_policy", "agent_policy is empty"),
+    (lambda a: a["rollout"].update(trainable_targets=["hinter"]), "astuner.rollout.trainable_targets",
+     "map agents in astuner.rollout.agent_policy"),
+    (lambda a: a["rollout"].update(engine="vllm"), "astuner.policies", "set astuner.rollout.engine: hf"),
+])
+def test_map_mistakes_exit_2_at_dry_run_naming_the_key(game, capsys, change, key, fragment):
+    code, out, err = run_cli(["--conf", edited(game, change), "--dry-run"], capsys)
+    assert code == 2 and fragment in err and key in err, err
+    assert all(line.startswith("astuner: error: ") or "edited.yaml" in line for line in err.strip().splitlines())
+
+
+def test_dry_run_prints_the_map_and_other_backbones_refuse_several_policies(game, capsys):
+    code, out, err = run_cli(["--conf", CONF, "--dry-run"], capsys)
+    assert code == 0, err
+    assert ("policies: policy hinter (trainable): hinter; policy guesser (trainable): guesser; policy noise "
+            "(frozen): noise*") in out + err
+    for backbone, says in (("verl", "verl 0.9 trains one actor model per job"),
+                           ("trinity", "Trinity-RFT 0.6 trains one model per job")):
+        code, out, err = run_cli(["--conf", CONF, "--dry-run", "--backbone", backbone], capsys)
+        assert code == 2 and says in err and "--backbone debug" in err, err
