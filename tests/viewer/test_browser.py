@@ -121,3 +121,30 @@ def test_run_page_step_table_and_episode_tokens(browser, viewer, tiny_run, tmp_p
     threshold.send_keys("0.1")
     assert browser.save_screenshot(str(shots / "viewer_episode.png"))
     assert (shots / "viewer_episode.png").stat().st_size > 10_000
+
+
+def test_an_episode_of_several_policies_shows_each_agent_with_its_policy_and_reward(browser, tmp_path, monkeypatch):
+    from astuner.cli import main
+    from astuner.viewer import start_viewer
+    from tests.conftest import REPO_ROOT
+
+    shutil.copytree(REPO_ROOT / "tutorial" / "example_multi_agent_cpu", tmp_path / "tutorial" / "example_multi_agent_cpu")
+    monkeypatch.chdir(tmp_path)
+    assert main(["--conf", "tutorial/example_multi_agent_cpu/signal_game.yaml", "--exp-dir", "runs",
+                 "astuner.trainer_common.total_training_steps=1", "astuner.trainer_common.test_freq=-1",
+                 "astuner.trainer_common.val_before_train=false", "astuner.data.train_batch_size=2"]) == 0
+    run = tmp_path / "runs" / "signal_game"
+    row = json.loads((run / "trajectories" / "step_1.jsonl").read_text().splitlines()[0])
+    server = start_viewer(run)
+    try:
+        browser.get(f"{server.url}?step=1&episode={row['episode_uuid']}")
+        wait(browser, EC.presence_of_element_located((By.CSS_SELECTOR, ".tokens .tok")))
+        text = browser.find_element(By.TAG_NAME, "body").text
+    finally:
+        server.shutdown()
+        server.server_close()
+    for agent in ("hinter", "guesser"):
+        reward = row["rewards"][agent]  # shown as the page shows numbers: integers bare, else 3 decimals
+        shown = str(int(reward)) if float(reward).is_integer() else f"{reward:.3f}"
+        assert f"{agent} (policy {agent}, reward {shown})" in text, text
+    assert "noise (policy noise)" in text  # the frozen agent: its policy, no reward of its own

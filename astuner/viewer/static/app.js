@@ -239,13 +239,27 @@ function showTip(event) {
   tip.style.top = `${event.clientY + 12}px`;
 }
 
+// each agent with the policy that served it and its own reward (runs with astuner.policies, per-agent rewards)
+function agentsFact(e) {
+  const mapping = (v) => (v && typeof v === "object" && !Array.isArray(v) ? v : {});
+  const policies = mapping(e.policies), rewards = mapping(e.rewards);
+  return (Array.isArray(e.agents) ? e.agents : []).map((agent) => {
+    const policy = policies[agent];
+    const reward = agent in rewards ? rewards[agent] : policy in rewards ? rewards[policy] : undefined;
+    const parts = [];
+    if (policy !== undefined && policy !== "default") parts.push(`policy ${policy}`);
+    if (reward !== undefined) parts.push(`reward ${fmt(reward)}`);
+    return String(agent) + (parts.length ? ` (${parts.join(", ")})` : "");
+  }).join(", ");
+}
+
 async function episodePage(step, uuid) {
   const data = await getJSON(`/api/episode/${step}/${encodeURIComponent(uuid)}`);
   const e = data.episode;
   crumbs([link(`step ${step}`, { step }), `task ${e.task_id} · repeat ${e.repeat_index}`]);
   const facts = [["reward", e.reward], ["advantage", e.advantage], ["success", e.is_success], ["failed", e.failed],
     ["madness", e.madness], ["truncated", e.truncated], ["model calls", e.calls],
-    ["tool calls that did not parse", e.tool_parse_failures], ["agents", (e.agents || []).join(", ")],
+    ["tool calls that did not parse", e.tool_parse_failures], ["agents", agentsFact(e)],
     ...Object.entries(e.metrics || {}).map(([k, v]) => [k, v]), ["uuid", e.episode_uuid]];
   const conversation = (e.messages || []).map(message);
   if (e.response !== null && e.response !== undefined) conversation.push(message({ role: "assistant", content: e.response }));
