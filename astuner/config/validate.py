@@ -230,7 +230,7 @@ def _check_rules(cfg: AstunerConfig, b: _Builder) -> None:
         b.error(where,
                 "offline_easy2hard needs feature_keys: the columns to sort by (higher = easier)")
     if ok("astuner.policies", "astuner.rollout.agent_policy"):
-        from astuner.model.policies import agent_policy_problems
+        from astuner.config.agent_policy import agent_policy_problems
 
         for where, problem in agent_policy_problems(cfg.policies, ro.agent_policy):
             b.error(where, problem)

@@ -12,7 +12,8 @@ import pytest
 
 from astuner import Task, Workflow, WorkflowOutput
 from astuner.config.schema import AstunerConfig, PolicyConfig
-from astuner.model.policies import PolicyMap, agent_policy_problems, patterns_overlap, policy_map
+from astuner.config.agent_policy import agent_policy_problems, patterns_overlap
+from astuner.model.policies import PolicyMap, policy_map
 from astuner.rollout.manager import RolloutManager
 from tests.helpers import ScriptedEngine
 
