@@ -26,7 +26,7 @@ from astuner.model.chat.continuation import continued_call
 from astuner.model.chat.incremental_render import render_prompt
 from astuner.model.chat.messages import normalize_messages, normalize_tools
 from astuner.model.chat.prompt_tokens import prompt_tokenizer
-from astuner.model.policies import DEFAULT, PolicyMap
+from astuner.model.policies import PolicyMap
 from astuner.schema.calls import CallRecord, EpisodeClosed, EpisodeRecorder
 from astuner.model.chat.tool_parser import ParsedReply, parse_reply
 

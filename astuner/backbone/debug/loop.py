@@ -159,8 +159,6 @@ class DebugTrainer:
     def _setup_policies(self, device: str) -> None:
         """astuner.policies: a model, an hf engine and (when it learns) a trainer per policy, in the config's order;
         each learning policy's weights from the checkpoint's policies/<name>/ on resume."""
-        import copy as copying
-
         import torch
 
         from astuner.backbone.debug.policies import (PolicySlot, check_supported, policy_seed, policy_trainer_config,
@@ -201,7 +199,7 @@ class DebugTrainer:
                         reference = AdapterDisabled(model)
                     else:
                         reference = (self._load_policy(None, device, False, base=path, lora_cfg=None)
-                                     if saved is not None else copying.deepcopy(model))
+                                     if saved is not None else copy.deepcopy(model))
                         reference.eval().requires_grad_(False)
                         if self.dtype == "bf16":
                             reference.to(torch.bfloat16)
