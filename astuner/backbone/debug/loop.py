@@ -114,7 +114,7 @@ class DebugTrainer:
             logger.warning(f"--resume: {self.run_dir.checkpoints} holds no complete checkpoint; starting from step 0 "
                            f"(the earlier run's metric rows are cleared)")
         logger.info(f"debug backbone: {self._models_line()} on {device} ({self.dtype} compute, fp32 weights), "
-                    f"engine {type(self.engine).__name__}, {len(self.train_tasks)} training / {len(self.val_tasks)} "
+                    f"engine {type(getattr(self.engine, 'engine', self.engine)).__name__}, {len(self.train_tasks)} training / {len(self.val_tasks)} "
                     f"validation tasks, {self.total_steps} steps of {cfg.data.train_batch_size} tasks x "
                     f"{cfg.rollout.num_repeat} episodes")
 
@@ -157,36 +157,61 @@ class DebugTrainer:
                                             self.shares_weights)}
 
     def _setup_policies(self, device: str) -> None:
-        """astuner.policies: a model, an hf engine and (when it learns) a trainer per policy, in the config's order;
-        each learning policy's weights from the checkpoint's policies/<name>/ on resume."""
+        """astuner.policies, in the config's order: a model and (when it learns) a trainer per policy; LoRA policies
+        on one base share it (one peft model, an adapter each, one hf engine sampling each call with its adapter),
+        the others have a model and engine of their own. Learning policies resume from policies/<name>/."""
         import torch
 
+        from astuner.backbone.debug import lora
         from astuner.backbone.debug.policies import (PolicySlot, check_supported, policy_seed, policy_trainer_config,
                                                      same_vocabulary)
         from astuner.backbone.debug.policy import PolicyTrainer
         from astuner.model.engines.factory import build_engine, load_tokenizer, pick_engine
+        from astuner.model.engines.hf import AdapterRoute
         from astuner.model.model_path import resolve_local_model
 
         cfg, tc = self.cfg, self.cfg.trainer_common
         problem = check_supported(cfg, pick_engine(cfg))
         if problem:
             raise ConfigError(problem)
+        where: dict[str, tuple[str, Any]] = {}  # policy -> (its base model, its LoRA settings or None)
+        for name, pc in cfg.policies.items():
+            if pc.path is None:
+                where[name] = (self.model_path, cfg.model.lora)
+                continue
+            key = f"astuner.policies.{name}"
+            path = resolve_local_model(pc.path, pc.tiny, f"{key}.path", list(self.ctx.config.extra_roots))
+            if not same_vocabulary(load_tokenizer(path), self.tokenizer):
+                raise ConfigError(f"{key}.path: {path} has another tokenizer (or chat template) than "
+                                  f"astuner.model.path {self.model_path}; the policies of a run share one")
+            where[name] = (path, pc.lora)
+        lora_bases = [path for path, lora_cfg in where.values() if lora_cfg is not None]
+        shared: dict[str, Any] = {}  # base path -> the peft model its LoRA policies share
         self.slots = {}
         for name, pc in cfg.policies.items():
-            key = f"astuner.policies.{name}"
-            if pc.path is None:
-                path, lora_cfg = self.model_path, cfg.model.lora
-            else:
-                path = resolve_local_model(pc.path, pc.tiny, f"{key}.path", list(self.ctx.config.extra_roots))
-                lora_cfg = pc.lora
-                if not same_vocabulary(load_tokenizer(path), self.tokenizer):
-                    raise ConfigError(f"{key}.path: {path} has another tokenizer (or chat template) than "
-                                      f"astuner.model.path {self.model_path}; the policies of a run share one")
+            path, lora_cfg = where[name]
             folder = f"policies/{name}"
             saved = self.checkpoint / folder if self.checkpoint is not None and pc.trainable else None
-            torch.manual_seed(policy_seed(tc.seed, name))  # a LoRA adapter's initialisation, per policy
-            model = self._load_policy(saved, device, pc.trainable, base=path, lora_cfg=lora_cfg,
-                                      seed=policy_seed(tc.seed, name))
+            seed = policy_seed(tc.seed, name)  # a LoRA adapter's initialisation, per policy
+            adapter = name if lora_cfg is not None and lora_bases.count(path) > 1 else None
+            if adapter is not None:
+                if name in "lora_":  # peft finds an adapter's weights by its name after the "lora_" prefix
+                    raise ConfigError(f"astuner.policies.{name}: a LoRA policy sharing its base is a peft adapter, "
+                                      f"and peft cannot load one named {name!r} (part of 'lora_'); rename it")
+                model = shared.get(path)
+                if model is None:
+                    model = self._load_policy(None, device, False, base=path, lora_cfg=None)
+                if saved is not None:
+                    lora.check_same_adapter(saved, lora_cfg)
+                    model = lora.load_adapter(model, saved, pc.trainable, name)
+                else:
+                    model = lora.add_adapter(model, lora_cfg, seed, name)
+                shared[path] = model
+            else:
+                torch.manual_seed(seed)
+                model = self._load_policy(saved, device, pc.trainable, base=path, lora_cfg=lora_cfg, seed=seed)
+                if not pc.trainable:
+                    model.requires_grad_(False)
             model.eval()
             trainer = None
             if pc.trainable:
@@ -194,21 +219,29 @@ class DebugTrainer:
                 reference = None
                 if own.algorithm.use_kl_loss:  # the policy's initial weights, frozen
                     if lora_cfg is not None:
-                        from astuner.backbone.debug.lora import AdapterDisabled
-
-                        reference = AdapterDisabled(model)
+                        reference = lora.AdapterDisabled(model)  # the base: its adapter starts at B = 0
                     else:
                         reference = (self._load_policy(None, device, False, base=path, lora_cfg=None)
                                      if saved is not None else copy.deepcopy(model))
                         reference.eval().requires_grad_(False)
                         if self.dtype == "bf16":
                             reference.to(torch.bfloat16)
-                trainer = PolicyTrainer(model, self.pad_id, own, reference)
-            else:
-                model.requires_grad_(False)
-            engine = build_engine(cfg, self.tokenizer, model=model, model_path=path, seed=policy_seed(cfg.rollout.seed,
-                                                                                                     name))
-            self.slots[name] = PolicySlot(name, model, engine, trainer, folder, getattr(engine, "model", None) is model)
+                trainer = PolicyTrainer(model, self.pad_id, own, reference, adapter=adapter,
+                                        params=lora.adapter_parameters(model, name) if adapter else None)
+            self.slots[name] = PolicySlot(name, model, None, trainer, folder, True, adapter)
+        engines: dict[int, Any] = {}  # one hf engine per model (a shared base's serves all its adapters)
+        for name, slot in self.slots.items():
+            path = where[name][0]
+            engine = engines.get(id(slot.model))
+            if engine is None:
+                engine = engines[id(slot.model)] = build_engine(cfg, self.tokenizer, model=slot.model, model_path=path,
+                                                                seed=policy_seed(cfg.rollout.seed, name))
+            slot.engine = AdapterRoute(engine, slot.adapter) if slot.adapter else engine
+            slot.shares_weights = getattr(engine, "model", None) is slot.model
+        for slot in self.slots.values():  # a frozen adapter on a shared base: no gradient ever reaches it
+            if slot.adapter and not slot.learns:
+                for param in lora.adapter_parameters(slot.model, slot.name):
+                    param.requires_grad_(False)
         first = next(iter(self.slots.values()))
         self.model, self.policy = first.model, first.trainer
         self.shares_weights = all(slot.shares_weights for slot in self.slots.values())
@@ -219,7 +252,8 @@ class DebugTrainer:
     def _models_line(self) -> str:
         if not self.cfg.policies:
             return f"model {self.model_path}"
-        return "policies " + ", ".join(f"{name} ({'trainable' if slot.learns else 'frozen'})"
+        return "policies " + ", ".join(f"{name} ({'trainable' if slot.learns else 'frozen'}"
+                                       f"{', LoRA adapter on a shared base' if slot.adapter else ''})"
                                        for name, slot in self.slots.items())
 
     def _load_policy(self, folder: Optional[Any], device: str, trainable: bool, base: Optional[str] = None,
@@ -440,7 +474,10 @@ class DebugTrainer:
                                          "optimizer_steps": slot.trainer.optimizer_steps}
                                   for name, slot in learning.items()},
                      "selector": self.selector.state_dict(), "rng": rng_state(self._engines())}
-            models = {slot.folder: slot.model for slot in learning.values()}
+            from astuner.backbone.debug.lora import OneAdapter
+
+            models = {slot.folder: OneAdapter(slot.model, slot.adapter) if slot.adapter else slot.model
+                      for slot in learning.values()}
         save_checkpoint(self.run_dir.checkpoints, step, models, self.tokenizer, state,
                         self.cfg.trainer_common.max_checkpoints_to_keep)
 

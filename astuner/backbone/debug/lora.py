@@ -9,6 +9,7 @@ adapter_model.safetensors) and the tokenizer; `astuner merge-lora` writes base +
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any, Optional
 
@@ -29,9 +30,10 @@ def peft_config(lora: Any) -> Any:
                       target_modules=lora.target_modules, lora_dropout=lora.dropout, bias="none")
 
 
-def add_adapter(model: Any, lora: Any, seed: int = 0) -> Any:
+def add_adapter(model: Any, lora: Any, seed: int = 0, name: str = "default") -> Any:
     """`model` with fresh adapters (B = 0: the policy is unchanged until the first update; A drawn from
-    `seed` alone, whatever ran before)."""
+    `seed` alone, whatever ran before). `name`: the adapter's; on a model that is a peft model already, one more
+    adapter is added (several policies on one base)."""
     import warnings
 
     import torch
@@ -42,7 +44,10 @@ def add_adapter(model: Any, lora: Any, seed: int = 0) -> Any:
             torch.manual_seed(seed)
             # peft warns of an adapted head or embedding of a tied model: handled (tied_embedding_adapted, merge)
             warnings.filterwarnings("ignore", message=".*tie_word_embeddings.*")
-            return get_peft_model(model, peft_config(lora))
+            if hasattr(model, "peft_config"):
+                model.add_adapter(name, peft_config(lora))
+                return model
+            return get_peft_model(model, peft_config(lora), adapter_name=name)
     except ValueError as exc:  # peft: target modules not found in the model, or of a kind it cannot adapt
         text = " ".join(str(exc).split())
         text = text if len(text) <= 300 else text[:297] + "..."
@@ -65,15 +70,53 @@ def check_same_adapter(folder: Path, lora: Any) -> None:
                             f"has {held}; resume with the settings the run started with, or start a new experiment")
 
 
-def load_adapter(model: Any, folder: Path, trainable: bool = True) -> Any:
-    """`model` with the adapter saved in `folder` (a checkpoint's model/)."""
+def load_adapter(model: Any, folder: Path, trainable: bool = True, name: str = "default") -> Any:
+    """`model` with the adapter saved in `folder` (a checkpoint's model/ or policies/<name>/), as adapter `name`;
+    on a model that is a peft model already, one more adapter is loaded."""
     import warnings
 
     from peft import PeftModel
 
     with warnings.catch_warnings():  # see add_adapter
         warnings.filterwarnings("ignore", message=".*tie_word_embeddings.*")
-        return PeftModel.from_pretrained(model, str(folder), is_trainable=trainable)
+        if hasattr(model, "peft_config"):
+            model.load_adapter(str(folder), adapter_name=name, is_trainable=trainable)
+            return model
+        return PeftModel.from_pretrained(model, str(folder), adapter_name=name, is_trainable=trainable)
+
+
+def adapter_parameters(model: Any, name: str) -> list[Any]:
+    """The parameters of adapter `name` of a peft model (what its policy's optimizer updates), whatever their
+    requires_grad says at the moment (peft sets it for the active adapter only). peft names them
+    `...<layer>.lora_A.<adapter>.weight`."""
+    out = []
+    for key, param in model.named_parameters():
+        parts = key.split(".")
+        at = next((i for i, part in enumerate(parts) if part.startswith("lora_")), None)
+        if at is not None and at + 1 < len(parts) and parts[at + 1] == name:
+            out.append(param)
+    return out
+
+
+class OneAdapter:
+    """Adapter `name` of a multi-adapter peft model, saved as a folder of its own (adapter_config.json +
+    adapter_model.safetensors, as a one-adapter checkpoint's model/): it loads back with load_adapter and merges
+    with `astuner merge-lora`."""
+
+    def __init__(self, model: Any, name: str):
+        self.model, self.name = model, name
+
+    def save_pretrained(self, folder: Path) -> None:
+        from peft import get_peft_model_state_dict
+        from safetensors.torch import save_file
+
+        state = get_peft_model_state_dict(self.model, adapter_name=self.name)
+        save_file({k: v.detach().contiguous() for k, v in state.items()}, str(Path(folder) / "adapter_model.safetensors"))
+        config = copy.copy(self.model.peft_config[self.name])
+        config.inference_mode = True  # as peft writes it; load_adapter(trainable=True) turns it back on
+        if config.base_model_name_or_path is None:  # merge-lora finds the base from it
+            config.base_model_name_or_path = getattr(self.model.get_base_model().config, "_name_or_path", None)
+        config.save_pretrained(str(folder))
 
 
 class AdapterDisabled:

@@ -1,6 +1,7 @@
-"""Several policies in one debug run (`astuner.policies`): each is a model of its own (its own copy of the base
-weights, or base + its own LoRA adapter) with its own hf engine, and, when it learns, its own `PolicyTrainer`
-(AdamW, settings merged from trainer_common and the policy's overrides). A frozen policy is loaded with no
+"""Several policies in one debug run (`astuner.policies`): each is a model of its own with its own hf engine, or,
+for LoRA policies on one base, an adapter of one shared peft model (one base in memory) sampled by one hf engine
+with each call's adapter; when it learns it has its own `PolicyTrainer` (AdamW over its own parameters, settings
+merged from trainer_common and the policy's overrides). A frozen policy is loaded with no
 gradient and no optimizer, and nothing of it is saved. Checkpoints keep each learning policy's weights in
 `policies/<name>/` and its optimizer in trainer_state.pt; with one policy the layout stays `model/`."""
 
@@ -22,6 +23,7 @@ class PolicySlot:
     trainer: Any  # PolicyTrainer, or None for a frozen policy
     folder: str  # its weights in a checkpoint: "model" (the one policy) or "policies/<name>"
     shares_weights: bool  # the engine runs the trained module itself (hf): nothing to push after an update
+    adapter: Optional[str] = None  # its LoRA adapter on a base it shares with other policies (None: a model of its own)
 
     @property
     def learns(self) -> bool:

@@ -20,15 +20,20 @@ from astuner.backbone.debug.batching import collate, response_logprobs, split_by
 
 
 class PolicyTrainer:
-    def __init__(self, model: Any, pad_id: int, cfg: TrainerCommonConfig, reference: Optional[Any] = None):
+    def __init__(self, model: Any, pad_id: int, cfg: TrainerCommonConfig, reference: Optional[Any] = None,
+                 params: Optional[list[Any]] = None, adapter: Optional[str] = None):
+        """`params`: what the optimizer updates (default: every parameter that requires a gradient); `adapter`:
+        the LoRA adapter of a multi-adapter peft model this trainer updates (made the active one for its update:
+        its forward passes and its gradients)."""
         import torch
 
         self.model, self.pad_id, self.cfg = model, pad_id, cfg
-        self.reference = reference
+        self.reference, self.adapter = reference, adapter
         self.device = next(model.parameters()).device
         self.dtype = compute_dtype(cfg.dtype, self.device.type)  # the forward passes' (astuner.model.precision)
         o = cfg.optim
-        self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=o.lr,
+        params = params if params is not None else [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=o.lr,
                                            betas=tuple(o.betas), weight_decay=o.weight_decay)
         self.optimizer_steps = 0
 
@@ -69,6 +74,8 @@ class PolicyTrainer:
         import torch
 
         cfg, al = self.cfg, self.cfg.algorithm
+        if self.adapter is not None:  # the policy's own adapter in every forward pass below, and only its gradients
+            self.model.set_adapter(self.adapter)
         temperature = temperature if temperature > 0 else 1.0
         samples = list(samples)
         ref: dict[int, list[float]] = {}
@@ -136,7 +143,8 @@ class PolicyTrainer:
                             diff = (logp - batch.old_logprobs).abs()
                             add("actor/rollout_logprob_diff", float((diff * mask).sum().item()) / max(n_tok, 1.0),
                                 n_tok)
-                params = [p for p in self.model.parameters() if p.grad is not None]
+                # this trainer's parameters only: another policy's on a shared module keep their own gradients
+                params = [p for group in self.optimizer.param_groups for p in group["params"] if p.grad is not None]
                 clip = cfg.optim.grad_clip if cfg.optim.grad_clip is not None else float("inf")
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip).item()) if params else 0.0
                 if math.isfinite(grad_norm):

@@ -6,6 +6,10 @@ The batch's common prompt prefix (an agent's system prompt and tool schemas) is 
 shared by every row; each row's own rest is left-padded after it, with position ids from the attention mask,
 so a row sees the same positions as it would alone. Rows that finished leave the batch as it decodes. The
 model runs in a worker thread; the event loop stays free for the episodes.
+
+Over a peft model with several LoRA adapters (several policies on one base), each request names its adapter
+and a batch mixes them: peft applies each row's own adapter (`adapter_names`); the shared prefix is then used only
+when every row of the batch has the same adapter. `AdapterRoute` is one policy's view of such an engine.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ class _Request:
     prompt_ids: list[int]
     sampling: SamplingParams
     future: asyncio.Future
+    adapter: Optional[str] = None  # the LoRA adapter that samples it (None: the model as it is)
 
 
 class HFEngine:
@@ -61,7 +66,8 @@ class HFEngine:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
         return cls(model, stop_token_ids_of(tokenizer, model), pad_id_of(tokenizer), max_num_seqs, batch_wait_ms, seed)
 
-    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> GenerateResult:
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams,
+                       adapter: Optional[str] = None) -> GenerateResult:
         if not prompt_ids:
             raise ValueError("generate() needs at least one prompt token")
         loop = asyncio.get_running_loop()
@@ -69,7 +75,7 @@ class HFEngine:
             self._wakeup = asyncio.Event()
             self._pending = []
             self._worker = loop.create_task(self._serve())
-        request = _Request(list(prompt_ids), sampling, loop.create_future())
+        request = _Request(list(prompt_ids), sampling, loop.create_future(), adapter)
         self._pending.append(request)
         self._wakeup.set()
         return await request.future
@@ -94,7 +100,8 @@ class HFEngine:
             try:
                 # on the engine's own thread: never queued behind workflows or other to_thread users
                 results = await asyncio.get_running_loop().run_in_executor(
-                    self._executor, self._generate_batch, [r.prompt_ids for r in batch], [r.sampling for r in batch])
+                    self._executor, self._generate_batch, [r.prompt_ids for r in batch], [r.sampling for r in batch],
+                    [r.adapter for r in batch])
             except Exception as exc:  # surface to every caller of this batch
                 for r in batch:
                     if not r.future.done():
@@ -119,7 +126,8 @@ class HFEngine:
         if self.batch_wait_s > 0:
             await asyncio.sleep(self.batch_wait_s)
 
-    def _generate_batch(self, prompts: list[list[int]], samplings: list[SamplingParams]) -> list[GenerateResult]:
+    def _generate_batch(self, prompts: list[list[int]], samplings: list[SamplingParams],
+                        adapters: Optional[list[Optional[str]]] = None) -> list[GenerateResult]:
         import torch
 
         from astuner.model.logits import last_logits_kwargs
@@ -130,14 +138,17 @@ class HFEngine:
             device = next(self.model.parameters()).device
             batch = len(prompts)
             keep = last_logits_kwargs(self.model, 1)
+            # each row's LoRA adapter, when any is named ("__base__" is peft's name for none)
+            names = [a or "__base__" for a in adapters] if adapters and any(adapters) else None
             # the prompts' common prefix (an agent's system prompt and tool schemas) is computed once, its KV
-            # cache repeated for every row; each row then prefills only its own rest
-            shared = shared_prefix_length(prompts, self.min_shared_prefix)
+            # cache repeated for every row; each row then prefills only its own rest (one adapter only: the
+            # prefix's cache depends on the adapter)
+            shared = shared_prefix_length(prompts, self.min_shared_prefix) if not names or len(set(names)) == 1 else 0
             past = None
             if shared:
                 with autocast(device, self.dtype):
                     past = self.model(input_ids=torch.tensor([prompts[0][:shared]], device=device), use_cache=True,
-                                      **keep).past_key_values
+                                      **keep, **({"adapter_names": names[:1]} if names else {})).past_key_values
                 past.batch_repeat_interleave(batch)
                 self.stats["shared_prefix_tokens"] += shared * (batch - 1)
             rests = [p[shared:] for p in prompts]
@@ -158,7 +169,8 @@ class HFEngine:
             limits = [s.max_tokens for s in samplings]
             with autocast(device, self.dtype):
                 out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
-                                 past_key_values=past, use_cache=True, **keep)
+                                 past_key_values=past, use_cache=True, **keep,
+                                 **({"adapter_names": names} if names else {}))
             past = out.past_key_values
             logits = out.logits[:, -1, :].float()
             tokens_out: list[list[int]] = [[] for _ in range(batch)]
@@ -191,6 +203,7 @@ class HFEngine:
                     attention, next_pos, tokens = attention[index], next_pos[index], tokens[index]
                     temperature = temperature[index]
                     top_p = top_p[index] if top_p is not None else None
+                    names = [names[j] for j in keep_rows] if names else None
                     rows = [rows[j] for j in keep_rows]
                     self.stats["compactions"] += 1
                 attention = torch.cat([attention, torch.ones((len(rows), 1), dtype=attention.dtype, device=device)],
@@ -198,13 +211,30 @@ class HFEngine:
                 next_pos = next_pos + 1
                 with autocast(device, self.dtype):
                     out = self.model(input_ids=tokens[:, None], attention_mask=attention, position_ids=next_pos,
-                                     past_key_values=past, use_cache=True)
+                                     past_key_values=past, use_cache=True,
+                                     **({"adapter_names": names} if names else {}))
                 past = out.past_key_values
                 logits = out.logits[:, -1, :].float()
             self.stats["batches"] += 1
             self.stats["sequences"] += batch
             self.stats["generated_tokens"] += sum(len(t) for t in tokens_out)
             return [GenerateResult(t, lp, r) for t, lp, r in zip(tokens_out, logprobs_out, reasons)]
+
+
+class AdapterRoute:
+    """One policy's view of an hf engine over a multi-adapter peft model: its calls are sampled with its adapter.
+    The engine, its sampler and its weights are the shared ones (nothing to push after an update)."""
+
+    def __init__(self, engine: HFEngine, adapter: str):
+        self.engine, self.adapter = engine, adapter
+        self.model, self.generator = engine.model, engine.generator
+
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams) -> GenerateResult:
+        return await self.engine.generate(prompt_ids, sampling, adapter=self.adapter)
+
+    async def update_weights(self, state_dict: Any) -> None:
+        if state_dict is not None:
+            raise ValueError("an adapter route shares its engine's weights; there is nothing to load")
 
 
 def shared_prefix_length(prompts: list[list[int]], minimum: int) -> int:

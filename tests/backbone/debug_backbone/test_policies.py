@@ -98,7 +98,12 @@ def test_two_policies_learn_and_the_frozen_one_stays_bit_identical(game, trainer
     assert {s["agent"] for s in episode["samples"]} == {"hinter", "guesser"}  # the frozen agent's call is not one
 
 
-def test_a_resumed_run_is_the_uninterrupted_one_for_every_policy(game, capsys):
+SHARED_LORA = ("astuner.model.lora={rank: 16, alpha: 32, target_modules: [q_proj, k_proj, v_proj, o_proj, gate_proj, "
+               "up_proj, down_proj, lm_head]}")
+
+
+@pytest.mark.parametrize("lora", [[], [SHARED_LORA]], ids=["own-models", "adapters-on-one-base"])
+def test_a_resumed_run_is_the_uninterrupted_one_for_every_policy(game, capsys, lora):
     def own_settings(a):  # different settings per policy: each optimizer state must come back as its own
         a["policies"]["guesser"] = {"optim": {"lr": 3.0e-3}}
         a["policies"]["hinter"] = {"algorithm": {"clip_ratio_high": 0.28}}
@@ -106,7 +111,7 @@ def test_a_resumed_run_is_the_uninterrupted_one_for_every_policy(game, capsys):
     conf = edited(game, own_settings)
     small = ["astuner.data.train_batch_size=4", "astuner.rollout.num_repeat=4", "astuner.trainer_common.test_freq=-1",
              "astuner.trainer_common.val_before_train=false", "astuner.trainer_common.save_freq=2",
-             "astuner.trainer_common.algorithm.drop_zero_variance_groups=false"]
+             "astuner.trainer_common.algorithm.drop_zero_variance_groups=false", *lora]
 
     def args(steps, *extra):
         return ["--conf", conf, f"astuner.trainer_common.total_training_steps={steps}", *extra]
@@ -121,7 +126,7 @@ def test_a_resumed_run_is_the_uninterrupted_one_for_every_policy(game, capsys):
         from safetensors.torch import load_file
 
         folder = game / "launcher_record" / name / "checkpoints" / "global_step_6" / "policies" / policy
-        return load_file(str(folder / "model.safetensors"))
+        return load_file(str(folder / ("adapter_model.safetensors" if lora else "model.safetensors")))
 
     for policy in ("hinter", "guesser"):
         straight, resumed = final("straight", policy), final("split", policy)
@@ -174,3 +179,44 @@ def test_dry_run_prints_the_map_and_other_backbones_refuse_several_policies(game
                            ("trinity", "Trinity-RFT 0.6 trains one model per job")):
         code, out, err = run_cli(["--conf", CONF, "--dry-run", "--backbone", backbone], capsys)
         assert code == 2 and says in err and "--backbone debug" in err, err
+
+
+def test_lora_policies_share_one_base_and_each_samples_with_its_own_adapter(game, trainers, monkeypatch, capsys):
+    from astuner.backbone.debug import lora
+    from astuner.backbone.debug.loop import DebugTrainer
+
+    at_start = {}
+    setup = DebugTrainer._setup
+
+    def remember(self):
+        setup(self)
+        at_start.update({k: v.detach().clone() for k, v in self.slots["noise"].model.named_parameters()
+                         if ".noise." in k})
+
+    monkeypatch.setattr(DebugTrainer, "_setup", remember)
+    code, _, err = run_cli(args(150, SHARED_LORA, "astuner.trainer_common.optim.lr=1.5e-3",
+                                "astuner.trainer_common.test_freq=-1", "astuner.trainer_common.val_before_train=false",
+                                "astuner.trainer_common.save_freq=-1"), capsys)
+    assert code == 0, err[-3000:]
+    trainer = trainers[-1]
+    models = {id(slot.model) for slot in trainer.slots.values()}
+    assert len(models) == 1  # one base in memory: every policy is an adapter of one peft model
+    model = trainer.slots["hinter"].model
+    assert sorted(model.peft_config) == ["guesser", "hinter", "noise"]
+    from transformers import AutoModelForCausalLM
+
+    one = AutoModelForCausalLM.from_pretrained(trainer.model_path).num_parameters()
+    assert sum(p.numel() for k, p in model.named_parameters() if "lora_" not in k) == one
+    # the frozen adapter: no gradient, bit-identical
+    noise = {k: v for k, v in model.named_parameters() if ".noise." in k}
+    assert noise.keys() == at_start.keys() and noise
+    assert all(torch.equal(noise[k], at_start[k]) and not noise[k].requires_grad for k in noise)
+    history = [r for r in rows(game / "launcher_record" / "signal_game") if r["step"] > 0]
+    for policy, gain in (("hinter", 0.3), ("guesser", 0.15)):
+        series = [r[f"policy/{policy}/reward/mean"] for r in history]
+        assert statistics.fmean(series[-30:]) > statistics.fmean(series[:30]) + gain, policy
+        # the engine sampled each call with its policy's adapter: its log-probs are the trainer's
+        diffs = [r[f"policy/{policy}/actor/rollout_logprob_diff"] for r in history
+                 if f"policy/{policy}/actor/rollout_logprob_diff" in r]
+        assert diffs and max(diffs) < 1e-5, (policy, max(diffs))
+        assert len(lora.adapter_parameters(model, policy)) > 0
