@@ -58,11 +58,16 @@ def check_tasks(cfg: Any, extra_roots: Sequence[Path], offline: bool) -> str:
 
 def check_model(cfg: Any, extra_roots: Sequence[Path], offline: bool = True) -> str:
     """`model.path` must be a model folder (config.json naming a model type, tokenizer and weight files),
-    a hub id, or a tiny model to create; a note on which. So must each `auxiliary_models` entry's path."""
+    a hub id, or a tiny model to create; a note on which. So must each `auxiliary_models` entry's path and each
+    policy's own path."""
     notes = [check_model_at(cfg.model.path, cfg.model.tiny, "astuner.model.path", extra_roots, offline)]
     for name, entry in cfg.auxiliary_models.items():
         notes.append(f"auxiliary {name}: " + check_model_at(entry.path, entry.tiny, f"astuner.auxiliary_models.{name}",
                                                               extra_roots, offline))
+    for name, policy in cfg.policies.items():
+        if policy.path is not None:
+            notes.append(f"policy {name}: " + check_model_at(policy.path, policy.tiny, f"astuner.policies.{name}.path",
+                                                             extra_roots, offline))
     return "; ".join(notes)
 
 

@@ -126,6 +126,7 @@ class ModelTuner(ChatModelBase):
     def register_model(self, target_name: str, default_model: Optional[ChatModelBase] = None) -> ChatModelBase:
         """The model agent `target_name` should use: a ModelTuner recording into this episode when the
         target is trainable (`trainable_targets` None = all), else `default_model`."""
+        self.recorder.agents.add(target_name)
         if not self.trains(target_name):
             if default_model is None:
                 where = ("matches no astuner.rollout.agent_policy entry" if self.policies.several else
@@ -145,9 +146,10 @@ class ModelTuner(ChatModelBase):
         from astuner.gateway import gateway_for
 
         agent = agent or self.target
-        if agent != "default" and not self.trains(agent):
-            raise ValueError(f"agent {agent!r} is not in trainable_targets {self.trainable_targets}; give it a "
-                             f"model of its own")
+        if (agent != "default" or self.policies.several) and not self.trains(agent):
+            where = ("matches no astuner.rollout.agent_policy entry (name the agent: as_openai_base_url(agent=...))"
+                     if self.policies.several else f"is not in trainable_targets {self.trainable_targets}")
+            raise ValueError(f"agent {agent!r} {where}; give it a model of its own")
         gateway = gateway_for(self.gateway_settings)
         return gateway.base_url, gateway.keys.issue(self, agent)
 
@@ -187,6 +189,7 @@ class ModelTuner(ChatModelBase):
         if self.recorder.closed:
             raise EpisodeClosed("the episode is over (it ended or timed out); this model call is refused")
         target = target or self.target
+        self.recorder.agents.add(target)
         sampling = sampling or self.sampling
         msgs = normalize_messages(messages)
         tool_list = normalize_tools(tools)

@@ -120,6 +120,9 @@ class RolloutManager:
         targets = cfg.rollout.trainable_targets
         self.trainable_targets = targets if targets is not None else getattr(workflow, "trainable_targets", None)
         self.policies = policy_map(cfg, workflow)  # which policy serves which agent (astuner.model.policies)
+        if cfg.policies and getattr(workflow, "trainable_targets", None) is not None:
+            logger.warning(f"{getattr(workflow, '__name__', 'the workflow')}.trainable_targets is not used with "
+                           f"astuner.policies: astuner.rollout.agent_policy says which agents learn")
         self.engines = dict(engines or {})  # each policy's engine (None: `engine` serves the one policy)
         from astuner.model.chat.tool_parser import resolve_format, resolve_reasoning
 
@@ -179,7 +182,9 @@ class RolloutManager:
             env = self._env_handle(task, result.episode_uuid)
             workflow_task = WorkflowTask(task=task, repeat_index=repeat_index, episode_uuid=result.episode_uuid, env=env,
                                          workflow_args=dict(ro.workflow_args), auxiliary_models=self.auxiliary_models)
-            if ro.openai_gateway.enable:  # the episode's own endpoint, for agents that keep their own client
+            # the episode's own endpoint, for agents that keep their own client (with several policies each agent
+            # asks for its own: model_tuner.as_openai_base_url(agent=...), unless "default" is mapped)
+            if ro.openai_gateway.enable and (not self.policies.several or tuner.trains("default")):
                 workflow_task.openai_base_url, workflow_task.openai_api_key = tuner.as_openai_base_url()
             try:
                 output = await asyncio.wait_for(self._run_workflow(workflow_task, tuner), ro.episode_timeout_s)
@@ -193,7 +198,7 @@ class RolloutManager:
                 result.reward = overall_reward(reward)
                 if isinstance(reward, dict):
                     result.rewards = reward
-                    self._check_rewards(reward, result.recorder.calls)
+                    self._check_rewards(reward, result.recorder)
                 numbers, result.text_metrics = split_metrics(output.metrics, "workflow/")
                 judged, judged_text = split_metrics(judge_metrics)
                 result.metrics, result.text_metrics = {**numbers, **judged}, {**result.text_metrics, **judged_text}
@@ -237,8 +242,15 @@ class RolloutManager:
         """The agents of these calls whose policy learns."""
         return {c.target for c in calls if self.policies.learns(self.policies.policy_of(c.target))}
 
-    def _check_rewards(self, rewards: dict[str, float], calls: list[Any]) -> None:
-        """A reward per agent or policy must name every trained agent of the episode (by its name or policy's)."""
+    def _check_rewards(self, rewards: dict[str, float], recorder: EpisodeRecorder) -> None:
+        """A reward per agent or policy names agents of the episode or policies of the run, and every trained
+        agent of the episode (by its name or its policy's)."""
+        calls = recorder.calls
+        unknown = sorted(k for k in rewards if k not in recorder.agents and k not in self.policies.trainable)
+        if unknown:
+            raise ValueError(f"the episode's rewards name {', '.join(map(repr, unknown))}, which is no agent of the "
+                             f"episode ({', '.join(sorted(recorder.agents)) or 'none'}) and no policy of the run "
+                             f"({', '.join(self.policies.trainable)})")
         missing = sorted({f"{c.target!r} (policy {c.policy!r})" for c in calls if c.target in
                           self._trained_agents(calls) and c.target not in rewards and c.policy not in rewards})
         if missing:

@@ -38,6 +38,7 @@ class EpisodeRecorder:
     notes: list[str] = field(default_factory=list)
 
     closed: bool = False  # the episode ended (or timed out): a workflow thread still running adds nothing more
+    agents: set[str] = field(default_factory=set)  # every agent named in the episode (register_model, calls)
     on_close: list[Callable[[], None]] = field(default_factory=list, repr=False)  # e.g. the gateway's keys expire
     # add and close come from different threads (the gateway's, a workflow's own)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)

@@ -402,3 +402,23 @@ def test_a_port_that_is_taken_is_a_one_line_config_error():
             Gateway("127.0.0.1", taken.getsockname()[1]).start()
     finally:
         taken.close()
+
+
+def test_with_several_policies_each_agent_asks_for_its_own_endpoint_and_is_served_by_its_policy(tokenizer):
+    from astuner.model.policies import PolicyMap
+
+    async def go():
+        engines = {"a": ScriptedEngine(tokenizer, ["from a"]), "b": ScriptedEngine(tokenizer, ["from b"])}
+        tuner = ModelTuner(engines["a"], tokenizer, SamplingParams(1.0, 1.0, 64), 8192, loop=asyncio.get_running_loop(),
+                           policies=PolicyMap({"alice": "a", "bo*": "b"}, {"a": True, "b": False}), engines=engines)
+        with pytest.raises(ValueError, match="matches no astuner.rollout.agent_policy entry"):
+            tuner.as_openai_base_url()  # "default" is no agent of this map: each agent names itself
+        for agent in ("bob", "alice"):
+            base_url, key = tuner.as_openai_base_url(agent=agent)
+            async with openai.AsyncOpenAI(base_url=base_url, api_key=key) as client:
+                await client.chat.completions.create(model="m", messages=[USER])
+        return tuner
+
+    tuner = asyncio.run(go())
+    assert [(c.target, c.policy, c.response_text) for c in tuner.recorder.calls] == [
+        ("bob", "b", "from b"), ("alice", "a", "from a")]

@@ -85,6 +85,7 @@ def test_each_agent_is_served_by_its_policy_and_samples_take_their_own_reward(to
     ({"alice": 1.0}, "but not agent 'bob' (policy 'b')"),
     ({}, "an empty reward mapping"),
     ({"alice": 1.0, "bob": float("nan")}, "reward['bob']"),
+    ({"alice": 1.0, "bob": 0.0, "alcie": 1.0}, "name 'alcie', which is no agent of the episode"),
 ])
 def test_a_reward_mapping_that_misses_a_trained_agent_fails_the_episode(tokenizer, reward, says):
     batch = run(reward, tokenizer)

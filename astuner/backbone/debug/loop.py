@@ -127,6 +127,10 @@ class DebugTrainer:
         from astuner.model.engines.factory import build_engine, pick_engine
 
         cfg, tc = self.cfg, self.cfg.trainer_common
+        if self.checkpoint is not None and not (self.checkpoint / "model").is_dir() and \
+                (self.checkpoint / "policies").is_dir():
+            raise ConfigError(f"{self.checkpoint} was saved by a run with astuner.policies (policies/<name>/, no "
+                              f"model/); resume with those policies, or start a new experiment")
         self.model = self._load_policy(self.checkpoint / "model" if self.checkpoint else None, device, trainable=True)
         self.model.eval()
         reference = None
@@ -175,13 +179,16 @@ class DebugTrainer:
         if problem:
             raise ConfigError(problem)
         where: dict[str, tuple[str, Any]] = {}  # policy -> (its base model, its LoRA settings or None)
+        from astuner.model.model_path import _tiny_corpus
+
+        roots = list(self.ctx.config.extra_roots)
         for name, pc in cfg.policies.items():
-            if pc.path is None:
-                where[name] = (self.model_path, cfg.model.lora)
+            if pc.path is None:  # a copy of astuner.model: its LoRA unless the policy sets its own
+                where[name] = (self.model_path, pc.lora if pc.lora is not None else cfg.model.lora)
                 continue
             key = f"astuner.policies.{name}"
-            path = resolve_local_model(pc.path, pc.tiny, f"{key}.path", list(self.ctx.config.extra_roots))
-            if not same_vocabulary(load_tokenizer(path), self.tokenizer):
+            path = resolve_local_model(pc.path, pc.tiny, f"{key}.path", roots, lambda: _tiny_corpus(cfg, roots))
+            if not same_vocabulary(load_tokenizer(path, f"{key}.path"), self.tokenizer):
                 raise ConfigError(f"{key}.path: {path} has another tokenizer (or chat template) than "
                                   f"astuner.model.path {self.model_path}; the policies of a run share one")
             where[name] = (path, pc.lora)
@@ -192,12 +199,13 @@ class DebugTrainer:
             path, lora_cfg = where[name]
             folder = f"policies/{name}"
             saved = self.checkpoint / folder if self.checkpoint is not None and pc.trainable else None
+            if saved is not None and not saved.is_dir():
+                raise ConfigError(f"{self.checkpoint} holds no weights of policy {name!r} ({folder}/): the run was "
+                                  f"saved with other astuner.policies; resume with the policies it started with, or "
+                                  f"start a new experiment")
             seed = policy_seed(tc.seed, name)  # a LoRA adapter's initialisation, per policy
             adapter = name if lora_cfg is not None and lora_bases.count(path) > 1 else None
             if adapter is not None:
-                if name in "lora_":  # peft finds an adapter's weights by its name after the "lora_" prefix
-                    raise ConfigError(f"astuner.policies.{name}: a LoRA policy sharing its base is a peft adapter, "
-                                      f"and peft cannot load one named {name!r} (part of 'lora_'); rename it")
                 model = shared.get(path)
                 if model is None:
                     model = self._load_policy(None, device, False, base=path, lora_cfg=None)

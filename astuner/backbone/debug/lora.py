@@ -207,7 +207,8 @@ def merge_checkpoint(adapter_folder: Path, out: Path, base: Optional[str] = None
         raise DataError(f"{out.parent} is not a folder; name an output folder inside an existing one")
     if not config_path.is_file():
         raise DataError(f"{adapter_folder} holds no LoRA adapter ({ADAPTER_CONFIG} missing); a checkpoint of a run "
-                        f"with astuner.model.lora has one in global_step_N/model")
+                        f"with astuner.model.lora has one in global_step_N/model, one with astuner.policies in "
+                        f"global_step_N/policies/<name>")
     hint = "check --base" if base else "pass --base"
     base = base or json.loads(config_path.read_text(encoding="utf-8")).get("base_model_name_or_path")
     if not base:

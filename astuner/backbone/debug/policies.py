@@ -50,8 +50,36 @@ def same_vocabulary(a: Any, b: Any) -> bool:
     return a.get_vocab() == b.get_vocab() and a.chat_template == b.chat_template
 
 
+def adapter_name_problem(name: str) -> Optional[str]:
+    """Why peft cannot hold an adapter named `name` (a LoRA policy that shares its base is one), or None."""
+    import torch
+
+    if name == "__base__":
+        return "it is peft's name for 'no adapter' in a mixed batch"
+    if name in "lora_":
+        return "peft finds an adapter's weights by the name after its 'lora_' prefix, which contains it"
+    if "." in name:
+        return "peft names an adapter's weights '<layer>.lora_A.<name>.weight', which a '.' would split"
+    if hasattr(torch.nn.ModuleDict(), name):
+        return "peft keeps adapters in a torch ModuleDict, where it is the name of a method"
+    return None
+
+
+def lora_policies(cfg: Any) -> list[str]:
+    """The policies trained (or served) as LoRA adapters."""
+    return [name for name, p in cfg.policies.items()
+            if (p.lora if p.lora is not None or p.path is not None else cfg.model.lora) is not None]
+
+
 def check_supported(cfg: Any, engine_kind: str) -> Optional[str]:
     """Why this run's policies cannot run on the debug backbone, or None."""
+    if not any(p.trainable for p in cfg.policies.values()):
+        return ("astuner.policies: every policy is frozen (trainable: false), so nothing would be trained; make one "
+                "trainable")
+    for name in lora_policies(cfg):
+        problem = adapter_name_problem(name)
+        if problem:
+            return f"astuner.policies.{name}: a LoRA policy is a peft adapter named after it, and {problem}; rename it"
     if engine_kind != "hf":
         return (f"astuner.policies: several policies are served by hf engines (one per policy); engine "
                 f"{engine_kind} serves one model; set astuner.rollout.engine: hf")

@@ -9,17 +9,17 @@ from astuner.config.schema import AstunerConfig
 from astuner.errors import ConfigError, DataError
 
 
-def load_tokenizer(model_path: str) -> Any:
+def load_tokenizer(model_path: str, key: str = "astuner.model.path") -> Any:
     from transformers import AutoTokenizer
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_path)
     except Exception as exc:  # noqa: BLE001 - OSError, or the tokenizer library's error on a corrupt file
         first = (str(exc).strip().splitlines() or [""])[0][:150]
-        raise DataError(f"astuner.model.path: cannot load a tokenizer from {model_path!r} ({type(exc).__name__}: "
+        raise DataError(f"{key}: cannot load a tokenizer from {model_path!r} ({type(exc).__name__}: "
                         f"{first}); point it at a local model folder or a hub id available offline") from None
     if not getattr(tokenizer, "chat_template", None):
-        raise DataError(f"astuner.model.path: the tokenizer of {model_path!r} has no chat template; astuner renders "
+        raise DataError(f"{key}: the tokenizer of {model_path!r} has no chat template; astuner renders "
                         f"agent messages with it, so use a chat/instruct model")
     return tokenizer
 

@@ -131,6 +131,20 @@ def test_a_resumed_run_is_the_uninterrupted_one_for_every_policy(game, capsys, l
     for policy in ("hinter", "guesser"):
         straight, resumed = final("straight", policy), final("split", policy)
         assert straight.keys() == resumed.keys() and all(torch.equal(straight[k], resumed[k]) for k in straight)
+
+    # resumed with another set of policies, or without policies: one line naming what the checkpoint holds
+    def renamed(a):
+        a["policies"]["seeker"] = a["policies"].pop("guesser")
+        a["rollout"]["agent_policy"]["guesser"] = "seeker"
+
+    other = edited(game, renamed)
+    code, _, err = run_cli(["--conf", other, "astuner.experiment_name=split", "astuner.trainer_common.total_training_steps=8",
+                            *small, "--resume"], capsys)
+    assert code == 2 and "holds no weights of policy 'seeker' (policies/seeker/)" in err, err[-2000:]
+    single = edited(game, lambda a: [a.pop("policies"), a["rollout"].pop("agent_policy")])
+    code, _, err = run_cli(["--conf", single, "astuner.experiment_name=split",
+                            "astuner.trainer_common.total_training_steps=8", *small, "--resume"], capsys)
+    assert code == 2 and "was saved by a run with astuner.policies" in err, err[-2000:]
     timing = ("perf/", "timing")
 
     def trained(name):
@@ -163,6 +177,14 @@ def edited(game: Path, change) -> str:
     (lambda a: a["rollout"].update(trainable_targets=["hinter"]), "astuner.rollout.trainable_targets",
      "map agents in astuner.rollout.agent_policy"),
     (lambda a: a["rollout"].update(engine="vllm"), "astuner.policies", "set astuner.rollout.engine: hf"),
+    (lambda a: [p.update(trainable=False) for p in [a["policies"]["hinter"], a["policies"]["guesser"]]],
+     "astuner.policies", "every policy is frozen"),
+    (lambda a: a.update(policies={"__base__": {"trainable": False}, **a["policies"]}, model={**a["model"], "lora": {"rank": 4}}),
+     "astuner.policies.__base__", "peft's name for 'no adapter'"),
+    (lambda a: a["policies"].update(train={"lora": {"rank": 4}, "trainable": False}), "astuner.policies.train",
+     "where it is the name of a method"),
+    (lambda a: a["policies"]["noise"].update(path="no/such/model"), "astuner.policies.noise.path",
+     "no model folder 'no/such/model'"),
 ])
 def test_map_mistakes_exit_2_at_dry_run_naming_the_key(game, capsys, change, key, fragment):
     code, out, err = run_cli(["--conf", edited(game, change), "--dry-run"], capsys)
@@ -220,3 +242,14 @@ def test_lora_policies_share_one_base_and_each_samples_with_its_own_adapter(game
                  if f"policy/{policy}/actor/rollout_logprob_diff" in r]
         assert diffs and max(diffs) < 1e-5, (policy, max(diffs))
         assert len(lora.adapter_parameters(model, policy)) > 0
+
+
+def test_a_policy_without_a_path_takes_its_own_lora(game, trainers, capsys):
+    conf = edited(game, lambda a: a["policies"].update(hinter={"lora": {"rank": 4, "alpha": 8}}))
+    code, _, err = run_cli(["--conf", conf, "astuner.trainer_common.total_training_steps=1",
+                            "astuner.trainer_common.test_freq=-1", "astuner.trainer_common.val_before_train=false"],
+                           capsys)
+    assert code == 0, err[-2000:]
+    slots = trainers[-1].slots
+    assert hasattr(slots["hinter"].model, "peft_config") and slots["hinter"].model.peft_config["default"].r == 4
+    assert not hasattr(slots["guesser"].model, "peft_config")  # the others stay full copies of astuner.model
