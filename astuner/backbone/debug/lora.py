@@ -57,9 +57,7 @@ def add_adapter(model: Any, lora: Any, seed: int = 0, name: str = "default") -> 
 def check_same_adapter(folder: Path, lora: Any) -> None:
     """A resumed run's adapter was made with the settings the config asks for (else the run would go on with
     the checkpoint's and report the config's)."""
-    import json
-
-    saved = json.loads((folder / ADAPTER_CONFIG).read_text(encoding="utf-8"))
+    saved = adapter_config(folder)
     pairs = [("rank", lora.rank, saved.get("r")), ("alpha", float(lora.alpha), float(saved.get("lora_alpha", 0))),
              ("dropout", float(lora.dropout), float(saved.get("lora_dropout", 0.0)))]
     if isinstance(lora.target_modules, list):
@@ -68,6 +66,27 @@ def check_same_adapter(folder: Path, lora: Any) -> None:
         if asked != held:
             raise DataError(f"astuner.model.lora.{key} is {asked} but the checkpoint {folder.parent.name}'s adapter "
                             f"has {held}; resume with the settings the run started with, or start a new experiment")
+
+
+def adapter_config(folder: Path) -> dict[str, Any]:
+    """`folder`'s adapter_config.json as a mapping; a damaged one is a one-line DataError naming it."""
+    import json
+
+    path = folder / ADAPTER_CONFIG
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(saved, dict):
+            raise ValueError(f"a JSON {type(saved).__name__}, not an object")
+    except (OSError, ValueError) as exc:  # json's JSONDecodeError and a bad encoding are ValueErrors
+        raise DataError(f"{path} is not a readable adapter config ({type(exc).__name__}: {_one_line(exc, 120)}); the "
+                        f"checkpoint is damaged: use another one") from None
+    return saved
+
+
+def _weights_unreadable(exc: BaseException) -> bool:
+    """An adapter's weight file that cannot be read (truncated, not safetensors) rather than weights that do not
+    fit the model."""
+    return type(exc).__name__ == "SafetensorError" or isinstance(exc, (EOFError, OSError))
 
 
 def load_adapter(model: Any, folder: Path, trainable: bool = True, name: str = "default") -> Any:
@@ -182,15 +201,14 @@ def trainable_counts(model: Any) -> tuple[int, int]:
     return trainable, sum(p.numel() for p in model.parameters())
 
 
-def _one_line(exc: BaseException) -> str:
+def _one_line(exc: BaseException, limit: int = 200) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= 200 else text[:197] + "..."
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def merge_checkpoint(adapter_folder: Path, out: Path, base: Optional[str] = None) -> Path:
     """Base model + the adapter in `adapter_folder`, merged and saved (with the tokenizer) into `out`; the base
     is `base` or the adapter config's base_model_name_or_path. `out` appears whole or not at all."""
-    import json
     import os
     import shutil
 
@@ -210,7 +228,7 @@ def merge_checkpoint(adapter_folder: Path, out: Path, base: Optional[str] = None
                         f"with astuner.model.lora has one in global_step_N/model, one with astuner.policies in "
                         f"global_step_N/policies/<name>")
     hint = "check --base" if base else "pass --base"
-    base = base or json.loads(config_path.read_text(encoding="utf-8")).get("base_model_name_or_path")
+    base = base or adapter_config(adapter_folder).get("base_model_name_or_path")
     if not base:
         raise DataError(f"{config_path} names no base model; pass --base")
     try:
@@ -224,9 +242,16 @@ def merge_checkpoint(adapter_folder: Path, out: Path, base: Optional[str] = None
         model.get_output_embeddings().weight = torch.nn.Parameter(model.get_input_embeddings().weight.detach().clone())
     try:
         merged = load_adapter(model, adapter_folder, trainable=False).merge_and_unload()
-    except (RuntimeError, ValueError, KeyError) as exc:  # shapes or modules of another base model
-        raise DataError(f"the adapter in {adapter_folder} does not fit the base model {base!r} "
-                        f"({type(exc).__name__}: {_one_line(exc)}); {hint}") from None
+    except Exception as exc:  # noqa: BLE001 - a damaged weight file, or shapes / modules of another base model
+        if _weights_unreadable(exc):
+            raise DataError(f"cannot read the adapter weights in {adapter_folder} ({type(exc).__name__}: "
+                            f"{_one_line(exc, 80)}); the checkpoint is damaged: use another one") from None
+        if not isinstance(exc, (RuntimeError, ValueError, KeyError)):
+            raise
+        # the lines' limit: the folders as given, then as much of peft's / torch's reason as fits
+        said = f"the adapter in {adapter_folder} does not fit the base model {base!r} ({type(exc).__name__}: "
+        room = max(300 - len("astuner: error: ") - len(said) - len(f"); {hint}"), 40)
+        raise DataError(f"{said}{_one_line(exc, room)}); {hint}") from None
     if tied and torch.equal(merged.get_output_embeddings().weight, merged.get_input_embeddings().weight):
         merged.config.tie_word_embeddings = True  # neither was adapted: the model stays tied
         merged.tie_weights()

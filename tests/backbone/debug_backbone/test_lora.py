@@ -146,6 +146,7 @@ def test_lora_trains_the_adapter_only_resumes_exactly_and_merges(project, capsys
     code, _, err = run_cli(["merge-lora", checkpoint, "--out", str(project / "other"), "--base", str(other)], capsys)
     error = [line for line in err.splitlines() if line.startswith("astuner: error")]
     assert code == 2 and len(error) == 1 and "does not fit the base model" in error[0] and "check --base" in error[0]
+    assert len(error[0]) <= 300, len(error[0])
     assert not (project / "other").exists() and not (project / "other.partial").exists()
 
 
@@ -222,3 +223,31 @@ def test_after_a_warm_start_the_kl_reference_is_the_warm_started_adapter(tmp_pat
     assert any(float(t.abs().max()) > 0 for k, t in adapter(root, 0).items() if "lora_B" in k)  # SFT moved B
     assert abs(kl["straight"][1]) < 1e-6  # step 1 starts from the reference itself: the warm-started policy
     assert kl["straight"][2] > 0 and kl["split"] == kl["straight"]  # the resumed run's reference is the same
+
+
+def test_merge_lora_of_a_damaged_checkpoint_is_one_line_exit_2(project, capsys):
+    code, _, err = run_cli(tiny_args(1, LORA, "astuner.experiment_name=damaged"), capsys)
+    assert code == 0, err
+    model_dir = project / "launcher_record" / "damaged" / "checkpoints" / "global_step_1" / "model"
+    weights = (model_dir / "adapter_model.safetensors").read_bytes()
+    config = (model_dir / "adapter_config.json").read_text()
+
+    def merge(name):
+        code, _, err = run_cli(["merge-lora", str(model_dir.parent), "--out", str(project / name)], capsys)
+        error = [line for line in err.splitlines() if line.startswith("astuner: error")]
+        assert code == 2 and len(error) == 1 and len(error[0]) <= 300 and "Traceback" not in err, err
+        assert not (project / name).exists() and not (project / f"{name}.partial").exists()
+        return error[0]
+
+    (model_dir / "adapter_config.json").write_text(config[: len(config) // 2])  # cut short
+    assert "adapter_config.json is not a readable adapter config (JSONDecodeError" in merge("a")
+    (model_dir / "adapter_config.json").write_text("[1, 2]")
+    assert "a JSON list, not an object" in merge("b")
+    (model_dir / "adapter_config.json").write_text(config)
+    (model_dir / "adapter_model.safetensors").write_bytes(weights[: len(weights) // 2])  # truncated
+    assert "cannot read the adapter weights in" in merge("c") and "damaged" in merge("d")
+    # a resume from it says the same, in one line
+    (model_dir / "adapter_model.safetensors").write_bytes(weights)
+    (model_dir / "adapter_config.json").write_text("{not json")
+    code, _, err = run_cli(tiny_args(2, LORA, "astuner.experiment_name=damaged") + ["--resume"], capsys)
+    assert code == 2 and "is not a readable adapter config" in err and "Traceback" not in err, err[-2000:]
