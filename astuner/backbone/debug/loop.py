@@ -120,8 +120,6 @@ class DebugTrainer:
 
     def _setup_one_policy(self, device: str) -> None:
         """astuner.model: the run's one policy (checkpoint folder model/)."""
-        import torch
-
         from astuner.backbone.debug.policies import PolicySlot
         from astuner.backbone.debug.policy import PolicyTrainer
         from astuner.model.engines.factory import build_engine, pick_engine
@@ -141,11 +139,8 @@ class DebugTrainer:
 
                 reference = AdapterDisabled(self.model)  # the base model itself: no second copy of the weights
             else:
-                reference = (self._load_policy(warm if warm.is_dir() else None, device, trainable=False)
-                             if self.checkpoint else copy.deepcopy(self.model))
-                reference.eval().requires_grad_(False)
-                if self.dtype == "bf16":
-                    reference.to(torch.bfloat16)
+                reference = self._frozen_copy(self.model, self.checkpoint is not None, device,
+                                              warm if warm.is_dir() else None)
         self.policy = PolicyTrainer(self.model, self.pad_id, tc, reference)
         self.engine = build_engine(cfg, self.tokenizer, model=self.model, model_path=self.model_path)
         self.shares_weights = getattr(self.engine, "model", None) is self.model
@@ -229,11 +224,7 @@ class DebugTrainer:
                     if lora_cfg is not None:
                         reference = lora.AdapterDisabled(model)  # the base: its adapter starts at B = 0
                     else:
-                        reference = (self._load_policy(None, device, False, base=path, lora_cfg=None)
-                                     if saved is not None else copy.deepcopy(model))
-                        reference.eval().requires_grad_(False)
-                        if self.dtype == "bf16":
-                            reference.to(torch.bfloat16)
+                        reference = self._frozen_copy(model, saved is not None, device, base=path, lora_cfg=None)
                 trainer = PolicyTrainer(model, self.pad_id, own, reference, adapter=adapter,
                                         params=lora.adapter_parameters(model, name) if adapter else None)
             self.slots[name] = PolicySlot(name, model, None, trainer, folder, True, adapter)
@@ -253,6 +244,19 @@ class DebugTrainer:
         first = next(iter(self.slots.values()))
         self.model, self.policy = first.model, first.trainer
         self.shares_weights = all(slot.shares_weights for slot in self.slots.values())
+
+    def _frozen_copy(self, model: Any, resumed: bool, device: str, folder: Optional[Any] = None,
+                     base: Optional[str] = None, lora_cfg: Any = "model") -> Any:
+        """A KL reference: the policy's initial weights, frozen, in the compute dtype (half the memory under bf16);
+        `model` copied on a new run, loaded (from `folder`, else the base) on a resumed one."""
+        import torch
+
+        reference = (self._load_policy(folder, device, False, base=base, lora_cfg=lora_cfg) if resumed
+                     else copy.deepcopy(model))
+        reference.eval().requires_grad_(False)
+        if self.dtype == "bf16":
+            reference.to(torch.bfloat16)
+        return reference
 
     def _engines(self) -> dict[str, Any]:
         return {name: slot.engine for name, slot in self.slots.items()}
