@@ -329,11 +329,8 @@ class DebugTrainer:
                             f"{self.start_step}); raise "
                             f"{self.ctx.key_name('astuner.trainer_common.total_training_steps')} to train further")
                 return
-            warm = self._warm_start() if self.start_step == 0 and self.checkpoint is None and tc.sft.steps > 0 else {}
-            if (tc.val_before_train or warm) and self.start_step == 0 and self.val_tasks:
-                warm.update(self.validate(0))
-            if warm:
-                self.writer.write(0, warm)
+            if self.checkpoint is None:  # a new run (a resumed one starts after its checkpoint, global_step_0 too)
+                self._step_zero()
             bar = tqdm(total=self.total_steps, initial=self.start_step, desc="training", unit="step",
                        dynamic_ncols=True, disable=None)
             last_saved = self.start_step
@@ -360,9 +357,23 @@ class DebugTrainer:
             finally:
                 signal.signal(signal.SIGINT, previous)
 
+    def _step_zero(self) -> None:
+        """Before the first step of a new run: the warm start (if any), the validation after it (or before training),
+        their metric row 0, then with a warm start the checkpoint global_step_0 — saved last, so it holds everything
+        step 0 did (weights, the KL reference, the engine's sampler after that validation): a run killed at any point
+        after it and resumed is the run that was not killed."""
+        tc = self.cfg.trainer_common
+        warm = self._warm_start() if tc.sft.steps > 0 else {}
+        if (tc.val_before_train or warm) and self.val_tasks:
+            warm.update(self.validate(0))
+        if warm:
+            self.writer.write(0, warm)
+        if tc.sft.steps > 0:
+            self.save(0)
+
     def _warm_start(self) -> dict[str, float]:
         """trainer_common.sft: the expert's demonstrations through the workflow, SFT on them, the weights to
-        the engine, a checkpoint global_step_0 (a resumed run starts after it; the KL reference is this model)."""
+        the engine and the KL reference (this model; `_step_zero` saves it all as global_step_0)."""
         from astuner.errors import RunFailed
         from astuner.backbone.debug import sft
 
@@ -386,7 +397,6 @@ class DebugTrainer:
         self._await(self.engine.update_weights(self._engine_weights()))
         if self.policy.reference is not None:
             self.policy.reference.load_state_dict(self.model.state_dict())
-        self.save(0)
         out.update({"sft/demonstrations": float(len(demos.samples)), "sft/expert_episodes": float(demos.episodes),
                     "sft/kept_episodes": float(demos.kept_episodes), "sft/expert_reward": demos.expert_reward,
                     "sft/loss_first": losses[0], "sft/loss_last": losses[-1], "sft/steps": float(len(losses)),

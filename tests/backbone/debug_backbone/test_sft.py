@@ -133,3 +133,56 @@ def test_a_non_finite_loss_stops_before_the_weights_move(tiny_model_dir):
         sft.train(model, [sample], steps=2, lr=1e-3, batch_size=1, seed=0, pad_id=0, token_budget=64, dtype="fp32")
     after = model.state_dict()
     assert all(torch.equal(poisoned[k], after[k]) or torch.isnan(poisoned[k]).all() for k in poisoned)
+
+
+def test_a_run_killed_after_the_warm_start_resumes_as_the_uninterrupted_run(tmp_path, monkeypatch, capsys):
+    """kill -9 once global_step_0 (the warm start's checkpoint) is complete, then --resume: the same run as not
+    killing — the validation after the warm start (sampled at temperature 1.0, as in the main job) is part of
+    what global_step_0 holds, so step 1's rollouts and the final weights are the uninterrupted run's."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import torch
+    from safetensors.torch import load_file
+
+    monkeypatch.chdir(REPO_ROOT)
+    tc = "astuner.trainer_common"
+    argv = ["--conf", str(CONF), "--exp-dir", str(tmp_path), f"astuner.model.path={tmp_path / 'model'}",
+            f"{tc}.sft.steps=5", f"{tc}.sft.lr=3e-3", f"{tc}.total_training_steps=3", f"{tc}.save_freq=100",
+            f"{tc}.test_freq=-1", "astuner.data.train_batch_size=2", "astuner.rollout.num_repeat=2",
+            f"{tc}.algorithm.drop_zero_variance_groups=false", f"{tc}.algorithm.entropy_coeff=0.01"]
+    code, _, err = run_cli([*argv, "astuner.experiment_name=straight"], capsys)
+    assert code == 0, err
+
+    root = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "astuner", *argv, "astuner.experiment_name=killed"],
+                            cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and proc.poll() is None and \
+                not (root / "checkpoints" / "global_step_0" / "COMPLETE").exists():
+            time.sleep(0.05)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert (root / "checkpoints" / "global_step_0" / "COMPLETE").exists()
+    assert not (root / "checkpoints" / "global_step_3").exists()  # killed before the run's end
+    code, _, err = run_cli([*argv, "astuner.experiment_name=killed", "--resume"], capsys)
+    assert code == 0, err
+    assert "SFT warm start" not in err
+
+    def final(name):
+        return load_file(str(tmp_path / name / "checkpoints" / "global_step_3" / "model" / "model.safetensors"))
+
+    a, b = final("straight"), final("killed")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+    def metric_rows(name):
+        rows = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in r.items() if not k.startswith("perf/")} for r in rows]
+
+    assert [r["step"] for r in metric_rows("killed")] == [0, 1, 2, 3]
+    assert metric_rows("killed") == metric_rows("straight")
