@@ -266,7 +266,7 @@ def monitor_logger(monitor_type: Optional[str]) -> dict[str, Any]:
     return {"logger": ["console", monitor_type]}
 
 
-def _load_composed(tree: dict[str, Any], name: str, config_path: Optional[str], translation: Any,
+def _load_composed(tree: dict[str, Any], config_path: Optional[str], translation: Any,
                    root_parent: Path) -> Any:
     """The RunConfig of the astuner tree tune() composed, read as `astuner --conf` reads a file (staged in a
     temporary folder: nothing is written beside the run before its checks pass). Relative paths resolve from the
@@ -278,7 +278,7 @@ def _load_composed(tree: dict[str, Any], name: str, config_path: Optional[str], 
     from astuner.config import load_run_config
 
     with tempfile.TemporaryDirectory(prefix="astuner-tune-") as folder:
-        staged = Path(folder) / f"{name}.tune.yaml"
+        staged = Path(folder) / "tune.yaml"  # the tree names the experiment (a bad name is refused by its key)
         staged.write_text(yaml.safe_dump(tree, sort_keys=False), encoding="utf-8")
         try:
             run = load_run_config(staged)
@@ -404,7 +404,7 @@ def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
             workflow_func=workflow_func, judge_func=judge_func, train_dataset=train_dataset, eval_dataset=eval_dataset,
             model=model, algorithm=algorithm, project_name=project, experiment_name=name, monitor_type=monitor_type,
             base=base), {"astuner": tune_rewrites(max_samples_per_episode, madness_checks, only_given=True)})
-    run = _load_composed(deep_merge(base, overrides), name, config_path, translation, root_parent)
+    run = _load_composed(deep_merge(base, overrides), config_path, translation, root_parent)
     judge = judge_func
     if judge is None and run.astuner.task_judge.judge_protocol:
         from astuner.plugins import resolve_plugins
@@ -448,7 +448,9 @@ def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
     run_dir = execute(RunRequest(
         config=run, plugins=Plugins(workflow=workflow_func, judge=judge), backbone=backbone, exp_dir=root_parent,
         resume=resume, with_ray=get_backbone(backbone).uses_ray, layout="tune", merged=_without_empty_trinity(run.merged),
-        auxiliary_models=aux, explain=explain, on_prepared=log_translation, key_name=key_name))
+        auxiliary_models=aux, explain=explain, on_prepared=log_translation, key_name=key_name,
+        exp_dir_key=(("the run folder (from checkpoint_root_dir)", "set checkpoint_root_dir to a folder you can write in") if translation
+                     else ("tune()'s run folder", "call tune() from a folder you can write in"))))
     return run_dir.root
 
 

@@ -41,3 +41,8 @@ class RunDirError(UserError):
 
 class RunFailed(AstunerError):
     """A run that started and failed where the backbone itself reports the cause (exit code 1, one line)."""
+
+
+class StorageError(RunFailed):
+    """A write the run needed was refused by its disk (full, over quota, read-only, not writable): one line
+    naming the path, exit code 1; every complete checkpoint is kept."""

@@ -16,16 +16,21 @@ _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "to
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 
 
-def check_exp_dir(exp_dir: Path) -> None:
-    """`--exp-dir` must be a folder (or creatable as one) that this user can write in."""
+def check_exp_dir(exp_dir: Path, key: str = "--exp-dir", fix: str = "pick another --exp-dir") -> None:
+    """`--exp-dir` (`key`: what the user set, e.g. a Trinity config's checkpoint_root_dir) must be a folder, or
+    creatable as one, in which files can be made: tried in its nearest existing ancestor (a temporary folder made
+    and removed), so /proc, a read-only mount and a full disk are refused like a folder without permission."""
+    from astuner.records.storage import write_problem
+
     path = Path(exp_dir)
     if path.exists() and not path.is_dir():
-        raise RunDirError(f"--exp-dir {path} is a file, not a folder; pick another --exp-dir")
+        raise RunDirError(f"{key} {path} is a file, not a folder; {fix}")
     existing = path if path.exists() else next((p for p in path.absolute().parents if p.exists()), Path("/"))
     if not existing.is_dir():
-        raise RunDirError(f"--exp-dir {path}: {existing} is a file, not a folder; pick another --exp-dir")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise RunDirError(f"--exp-dir {path}: {existing} is not writable by this user; pick another --exp-dir")
+        raise RunDirError(f"{key} {path}: {existing} is a file, not a folder; {fix}")
+    why = write_problem(existing)
+    if why:
+        raise RunDirError(f"{key} {path}: no run folder can be made in {existing} ({why}); {fix}")
 
 
 def _hub_only(cfg: Any, extra_roots: Sequence[Path]) -> bool:
@@ -139,11 +144,12 @@ def policies_note(cfg: Any, backbone: str) -> str:
     return "policies: " + "; ".join(policy_map(cfg).describe())
 
 
-def preflight(run_config: Any, exp_dir: Path, offline: bool, backbone: Any = None) -> list[str]:
+def preflight(run_config: Any, exp_dir: Path, offline: bool, backbone: Any = None,
+              exp_dir_key: tuple[str, str] = ("--exp-dir", "pick another --exp-dir")) -> list[str]:
     """Every check above, in order, and what the machine gives the run (the `Backbone`'s `plan`: GPUs, engines,
     memory); notes for the user. Raises the first UserError found."""
     cfg, roots = run_config.astuner, run_config.extra_roots
-    check_exp_dir(exp_dir)
+    check_exp_dir(exp_dir, *exp_dir_key)
     from astuner.records.monitors import check_installed
 
     check_installed(cfg.trainer_common.logger)

@@ -34,13 +34,16 @@ class RunRequest:
     explain: Callable[[Exception], Exception] = lambda exc: exc
     on_prepared: Optional[Callable[[RunDir], None]] = None  # called once the run folder exists
     key_name: Callable[[str], str] = lambda key: key  # an astuner key as the user set it (tune(): its argument)
+    # what set exp_dir, and how to change it (tune(): a Trinity config's checkpoint_root_dir, or its working folder)
+    exp_dir_key: tuple[str, str] = ("--exp-dir", "pick another --exp-dir")
 
 
 def execute(request: RunRequest) -> RunDir:
     """Run `request` to its end; the run folder. Raises what the checks or the backbone raised."""
     from astuner.backbone import RunContext, load_backbone
-    from astuner.errors import UserError
+    from astuner.errors import AstunerError, StorageError, UserError
     from astuner.preflight import preflight
+    from astuner.records.storage import disk_failure
     from astuner.records import prepare_run_dir
     from astuner.records.run_dir import check_run_dir, mark_if_never_stepped
 
@@ -48,12 +51,19 @@ def execute(request: RunRequest) -> RunDir:
     backbone = load_backbone(request.backbone)
     check_run_dir(request.exp_dir, run.experiment_name, request.resume)
     try:
-        notes = preflight(run, request.exp_dir, offline=False, backbone=backbone)
+        notes = preflight(run, request.exp_dir, offline=False, backbone=backbone, exp_dir_key=request.exp_dir_key)
     except UserError as exc:
         raise request.explain(exc) from None
-    run_dir = prepare_run_dir(request.exp_dir, run.experiment_name,
-                              run.merged if request.merged is None else request.merged, request.resume,
-                              layout=request.layout)
+    try:
+        run_dir = prepare_run_dir(request.exp_dir, run.experiment_name,
+                                  run.merged if request.merged is None else request.merged, request.resume,
+                                  layout=request.layout)
+    except OSError as exc:  # the disk filled up (or turned read-only) since the checks
+        why = disk_failure(exc, request.exp_dir)
+        if why is None:
+            raise
+        raise StorageError(f"the run folder {Path(request.exp_dir) / run.experiment_name} cannot be written: "
+                           f"{why}") from None
     from loguru import logger
 
     for note in notes:  # what was checked (tasks, model, and for verl / trinity what the machine gives the run)
@@ -67,8 +77,14 @@ def execute(request: RunRequest) -> RunDir:
             viewer = _start_logview(run_dir.root, request, backbone)
         backbone.run(RunContext(config=run, plugins=request.plugins, run_dir=run_dir, with_ray=request.with_ray,
                                 with_logview=request.with_logview, auxiliary_models=aux, key_name=request.key_name))
-    except BaseException:
+    except BaseException as exc:
         mark_if_never_stepped(run_dir)
+        why = str(exc) if isinstance(exc, StorageError) else \
+            disk_failure(exc, run_dir.root) if isinstance(exc, Exception) and not isinstance(exc, AstunerError) else None
+        if why is not None:
+            again = "tune(resume=True)" if request.layout == "tune" else "--resume"
+            raise StorageError(f"the run stopped: {why}; the complete checkpoints are kept: free space (or make it "
+                               f"writable), then continue with {again}") from exc
         raise
     finally:
         if viewer is not None:

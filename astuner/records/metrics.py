@@ -112,6 +112,11 @@ def plot_reward_curve(history: list[dict[str, Any]], path: Path, title: str) -> 
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    partial = path.with_name(f".{path.name}.partial")  # replaced whole: a failed write leaves the last curve
+    try:
+        fig.savefig(partial, dpi=100, format="png")
+        os.replace(partial, path)
+    finally:
+        plt.close(fig)
+        partial.unlink(missing_ok=True)
     return path

@@ -488,6 +488,29 @@ def test_a_value_astuner_refuses_names_the_trinity_key_it_came_from(tmp_path, mo
     assert "comes from algorithm.loss_agg_mode" in message and "\n" not in message
 
 
+@pytest.mark.parametrize("extra, message", [
+    ({"name": "team/run-1"}, "astuner.experiment_name 'team/run-1' is not a folder name"),  # was a FileNotFoundError
+    ({"checkpoint_root_dir": "/proc/astuner-runs"},
+     "the run folder (from checkpoint_root_dir) /proc/astuner-runs/p: no run folder can be made in /proc"),
+    ({"checkpoint_root_dir": "/sys/astuner-runs"},
+     "the run folder (from checkpoint_root_dir) /sys/astuner-runs/p: no run folder can be made in /sys"),
+])
+def test_a_name_or_root_that_cannot_be_a_run_folder_is_one_line_naming_the_trinity_key(
+        dataset, tiny_model_dir, tmp_path, monkeypatch, extra, message):
+    monkeypatch.chdir(tmp_path)
+    conf = deep_merge(yaml.safe_load(TUTORIAL.replace("DATASET", str(dataset))),
+                      {"project": "p", "model": {"model_path": str(tiny_model_dir)}, **extra})
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(conf))
+    with pytest.raises(UserError) as info:
+        tune(workflow_func=run_react_agent, judge_func=judge_function, config_path=str(path))
+    text = str(info.value)
+    assert message in text and "\n" not in text, text
+    key = "name" if "name" in extra else "checkpoint_root_dir"
+    assert key in text.replace(message, "") or key in message
+    assert not (tmp_path / "checkpoints").exists()
+
+
 def test_continue_from_checkpoint_false_starts_a_new_run_beside_the_old(dataset, tiny_model_dir, tmp_path,
                                                                        monkeypatch):
     """As Trinity: an existing run folder is continued (continue_from_checkpoint, its default), or with false a

@@ -62,19 +62,34 @@ def restore_rng(state: dict[str, Any], engine: Any = None) -> None:
 
 def save_checkpoint(folder: Path, step: int, model: Any, tokenizer: Any, state: dict[str, Any],
                     keep: Optional[int] = None) -> Path:
-    """`model`: the one policy (saved in model/), or {subfolder: model} (policies/<name>)."""
+    """`model`: the one policy (saved in model/), or {subfolder: model} (policies/<name>). Written into a hidden
+    `.global_step_N.partial` folder and renamed when complete: a write that fails (a full disk) leaves nothing
+    half-written and never costs a complete checkpoint; `StorageError` when the disk was the cause."""
     import torch
 
     target = folder / f"global_step_{step}"
-    if target.exists():
+    partial = folder / f".global_step_{step}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        for sub, each in (model.items() if isinstance(model, dict) else [("model", model)]):
+            (partial / sub).mkdir(parents=True)
+            each.save_pretrained(partial / sub)
+            tokenizer.save_pretrained(partial / sub)
+        partial.mkdir(parents=True, exist_ok=True)
+        torch.save({**state, "step": step}, partial / "trainer_state.pt")
+        (partial / "COMPLETE").write_text(str(step))
+    except Exception as exc:
+        from astuner.errors import StorageError
+        from astuner.records.storage import disk_failure
+
+        why = disk_failure(exc, folder)  # before the partial folder is removed: its bytes are what filled the disk
+        shutil.rmtree(partial, ignore_errors=True)
+        if why:
+            raise StorageError(f"checkpoint global_step_{step} not saved: {why}") from exc
+        raise
+    if target.exists():  # saved again (a stop right after a periodic save): the new one replaces it
         shutil.rmtree(target)
-    for sub, each in (model.items() if isinstance(model, dict) else [("model", model)]):
-        (target / sub).mkdir(parents=True)
-        each.save_pretrained(target / sub)
-        tokenizer.save_pretrained(target / sub)
-    target.mkdir(parents=True, exist_ok=True)
-    torch.save({**state, "step": step}, target / "trainer_state.pt")
-    (target / "COMPLETE").write_text(str(step))
+    partial.rename(target)
     if keep is not None:
         for old in list_checkpoints(folder)[:-keep]:
             shutil.rmtree(old[1], ignore_errors=True)

@@ -570,7 +570,11 @@ class DebugTrainer:
             self.loop.close()
         if writer is None:
             return
-        path = plot_reward_curve(writer.history(), self.run_dir.root / "reward_curve.png",
-                                 self.ctx.config.experiment_name)
+        try:
+            path = plot_reward_curve(writer.history(), self.run_dir.root / "reward_curve.png",
+                                     self.ctx.config.experiment_name)
+        except OSError as exc:  # a full disk at the end: the curve is a picture of metrics.jsonl, the run stands
+            logger.warning(f"reward_curve.png not written: {exc.strerror or exc}")
+            path = None
         if path:
             logger.info(f"reward curve: {path}")
