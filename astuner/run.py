@@ -45,13 +45,15 @@ def execute(request: RunRequest) -> RunDir:
     from astuner.preflight import preflight
     from astuner.records.storage import disk_failure
     from astuner.records import prepare_run_dir
-    from astuner.records.run_dir import check_run_dir, mark_if_never_stepped
+    from astuner.records.run_dir import check_run_dir, holds_run, mark_if_never_stepped
 
     run = request.config
     backbone = load_backbone(request.backbone)
-    check_run_dir(request.exp_dir, run.experiment_name, request.resume)
+    root = check_run_dir(request.exp_dir, run.experiment_name, request.resume)
     try:
         notes = preflight(run, request.exp_dir, offline=False, backbone=backbone, exp_dir_key=request.exp_dir_key)
+        if request.resume and holds_run(root):  # before config.yaml is rewritten: a refused resume changes nothing
+            backbone.check_resume(run, RunDir(root, resumed=True, layout=request.layout).checkpoints)
     except UserError as exc:
         raise request.explain(exc) from None
     try:

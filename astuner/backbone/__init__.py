@@ -54,6 +54,10 @@ class Backbone(Protocol):
         """Before launch: one line on what the machine gives the run, or None; `ConfigError` naming the key
         for what the machine cannot honour."""
 
+    def check_resume(self, config: "RunConfig", checkpoints: Any) -> None:
+        """Before `--resume` touches the run folder: UserError naming the key the newest complete checkpoint under
+        `checkpoints` contradicts (its layout, LoRA or not, the adapter's settings)."""
+
     def dry_run(self, config: "RunConfig", root: Any) -> str:
         """What `--dry-run` prints: the config the run would use, as YAML."""
 

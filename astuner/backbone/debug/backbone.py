@@ -16,6 +16,11 @@ class DebugBackbone:
     def plan(self, config: Any) -> Optional[str]:
         return None  # the trainer sizes itself from the model and the device it loads on
 
+    def check_resume(self, config: Any, checkpoints: Any) -> None:
+        from astuner.backbone.debug.resume import check_resume
+
+        check_resume(config.astuner, checkpoints)
+
     def dry_run(self, config: Any, root: Any) -> str:
         from astuner.records.run_dir import dump_config
 

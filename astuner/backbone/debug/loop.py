@@ -23,6 +23,7 @@ from astuner.model.precision import compute_dtype
 from astuner.records.metrics import MetricsWriter, plot_reward_curve, write_trajectories
 from astuner.records.tokens import TokenPieces, token_record, write_token_records
 from astuner.rollout.manager import RolloutBatch, RolloutManager, build_judge
+from astuner.backbone.debug.resume import check_resume, check_saved_policy
 from astuner.backbone.debug.checkpoint import (latest_checkpoint, load_trainer_state, restore_rng, rng_state,
                                         save_checkpoint)
 
@@ -64,6 +65,8 @@ class DebugTrainer:
         self.tokenizer = load_tokenizer(self.model_path)
         self._pieces = TokenPieces(self.tokenizer)
         self.checkpoint = latest_checkpoint(self.run_dir.checkpoints) if self.run_dir.resumed else None
+        if self.checkpoint is not None:  # (checked before the run folder was touched too: DebugBackbone.check_resume)
+            check_resume(cfg, self.run_dir.checkpoints)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
             else self.tokenizer.eos_token_id
         if cfg.policies:
@@ -125,10 +128,6 @@ class DebugTrainer:
         from astuner.model.engines.factory import build_engine, pick_engine
 
         cfg, tc = self.cfg, self.cfg.trainer_common
-        if self.checkpoint is not None and not (self.checkpoint / "model").is_dir() and \
-                (self.checkpoint / "policies").is_dir():
-            raise ConfigError(f"{self.checkpoint} was saved by a run with astuner.policies (policies/<name>/, no "
-                              f"model/); resume with those policies, or start a new experiment")
         self.model = self._load_policy(self.checkpoint / "model" if self.checkpoint else None, device, trainable=True)
         self.model.eval()
         reference = None
@@ -162,8 +161,8 @@ class DebugTrainer:
         import torch
 
         from astuner.backbone.debug import lora
-        from astuner.backbone.debug.policies import (PolicySlot, check_supported, policy_seed, policy_trainer_config,
-                                                     same_vocabulary)
+        from astuner.backbone.debug.policies import (PolicySlot, check_supported, policy_lora, policy_seed,
+                                                     policy_trainer_config, same_vocabulary)
         from astuner.backbone.debug.policy import PolicyTrainer
         from astuner.model.engines.factory import build_engine, load_tokenizer, pick_engine
         from astuner.model.engines.hf import AdapterRoute
@@ -179,14 +178,14 @@ class DebugTrainer:
         roots = list(self.ctx.config.extra_roots)
         for name, pc in cfg.policies.items():
             if pc.path is None:  # a copy of astuner.model: its LoRA unless the policy sets its own
-                where[name] = (self.model_path, pc.lora if pc.lora is not None else cfg.model.lora)
+                where[name] = (self.model_path, policy_lora(cfg, name))
                 continue
             key = f"astuner.policies.{name}"
             path = resolve_local_model(pc.path, pc.tiny, f"{key}.path", roots, lambda: _tiny_corpus(cfg, roots))
             if not same_vocabulary(load_tokenizer(path, f"{key}.path"), self.tokenizer):
                 raise ConfigError(f"{key}.path: {path} has another tokenizer (or chat template) than "
                                   f"astuner.model.path {self.model_path}; the policies of a run share one")
-            where[name] = (path, pc.lora)
+            where[name] = (path, policy_lora(cfg, name))
         lora_bases = [path for path, lora_cfg in where.values() if lora_cfg is not None]
         shared: dict[str, Any] = {}  # base path -> the peft model its LoRA policies share
         self.slots = {}
@@ -194,10 +193,6 @@ class DebugTrainer:
             path, lora_cfg = where[name]
             folder = f"policies/{name}"
             saved = self.checkpoint / folder if self.checkpoint is not None and pc.trainable else None
-            if saved is not None and not saved.is_dir():
-                raise ConfigError(f"{self.checkpoint} holds no weights of policy {name!r} ({folder}/): the run was "
-                                  f"saved with other astuner.policies; resume with the policies it started with, or "
-                                  f"start a new experiment")
             seed = policy_seed(tc.seed, name)  # a LoRA adapter's initialisation, per policy
             adapter = name if lora_cfg is not None and lora_bases.count(path) > 1 else None
             if adapter is not None:
@@ -205,7 +200,6 @@ class DebugTrainer:
                 if model is None:
                     model = self._load_policy(None, device, False, base=path, lora_cfg=None)
                 if saved is not None:
-                    lora.check_same_adapter(saved, lora_cfg)
                     model = lora.load_adapter(model, saved, pc.trainable, name)
                 else:
                     model = lora.add_adapter(model, lora_cfg, seed, name)
@@ -281,10 +275,8 @@ class DebugTrainer:
         lora_cfg = self.cfg.model.lora if lora_cfg == "model" else lora_cfg
         base = base or self.model_path
         adapter = folder is not None and lora.is_adapter_folder(folder)
-        if folder is not None and adapter != (lora_cfg is not None):
-            held = "a LoRA adapter" if adapter else "a whole model"
-            raise ConfigError(f"{folder} holds {held} but astuner.model.lora is {'not ' if lora_cfg is None else ''}set; "
-                              f"resume with the config the run started with, or start a new experiment")
+        if folder is not None:
+            check_saved_policy(folder, lora_cfg)
         weights = base if folder is None or adapter else str(folder)
         try:
             model = AutoModelForCausalLM.from_pretrained(weights, dtype=torch.float32).to(device)
@@ -295,7 +287,6 @@ class DebugTrainer:
         if lora_cfg is None:
             return model
         if adapter:
-            lora.check_same_adapter(folder, lora_cfg)
             model = lora.load_adapter(model, folder, trainable)
         else:
             model = lora.add_adapter(model, lora_cfg, self.cfg.trainer_common.seed if seed is None else seed)

@@ -54,7 +54,7 @@ def add_adapter(model: Any, lora: Any, seed: int = 0, name: str = "default") -> 
         raise DataError(f"astuner.model.lora.target_modules {lora.target_modules!r}: {text}") from None
 
 
-def check_same_adapter(folder: Path, lora: Any) -> None:
+def check_same_adapter(folder: Path, lora: Any, key: str = "astuner.model.lora") -> None:
     """A resumed run's adapter was made with the settings the config asks for (else the run would go on with
     the checkpoint's and report the config's)."""
     saved = adapter_config(folder)
@@ -62,10 +62,15 @@ def check_same_adapter(folder: Path, lora: Any) -> None:
              ("dropout", float(lora.dropout), float(saved.get("lora_dropout", 0.0)))]
     if isinstance(lora.target_modules, list):
         pairs.append(("target_modules", sorted(lora.target_modules), sorted(saved.get("target_modules") or [])))
-    for key, asked, held in pairs:
+    for name, asked, held in pairs:
         if asked != held:
-            raise DataError(f"astuner.model.lora.{key} is {asked} but the checkpoint {folder.parent.name}'s adapter "
+            raise DataError(f"{key}.{name} is {asked} but the checkpoint {checkpoint_name(folder)}'s adapter "
                             f"has {held}; resume with the settings the run started with, or start a new experiment")
+
+
+def checkpoint_name(folder: Path) -> str:
+    """global_step_N of a checkpoint's model/ or policies/<name>/ folder (else the folder's own name)."""
+    return next((p.name for p in (folder, *folder.parents) if p.name.startswith("global_step_")), folder.name)
 
 
 def adapter_config(folder: Path) -> dict[str, Any]:

@@ -65,10 +65,16 @@ def adapter_name_problem(name: str) -> Optional[str]:
     return None
 
 
+def policy_lora(cfg: Any, name: str) -> Any:
+    """A policy's LoRA settings (None: it trains whole): its own, else, for a copy of astuner.model (no path),
+    model.lora."""
+    p = cfg.policies[name]
+    return p.lora if p.lora is not None or p.path is not None else cfg.model.lora
+
+
 def lora_policies(cfg: Any) -> list[str]:
     """The policies trained (or served) as LoRA adapters."""
-    return [name for name, p in cfg.policies.items()
-            if (p.lora if p.lora is not None or p.path is not None else cfg.model.lora) is not None]
+    return [name for name in cfg.policies if policy_lora(cfg, name) is not None]
 
 
 def check_supported(cfg: Any, engine_kind: str) -> Optional[str]:

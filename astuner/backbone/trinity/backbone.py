@@ -201,6 +201,9 @@ class TrinityBackbone:
 
         return machine_plan(config, lambda cpu, count: engines_of(config, cpu))
 
+    def check_resume(self, config: Any, checkpoints: Any) -> None:
+        """Trinity-RFT continues from its own checkpoints (continue_from_checkpoint) and checks them itself."""
+
     def dry_run(self, config: Any, root: Any) -> str:
         """The translation, checked by Trinity-RFT itself when it is installed (`check_with_trinity`)."""
         from astuner.records.run_dir import dump_config

@@ -140,6 +140,9 @@ class VerlBackbone:
 
         return machine_plan(config, lambda cpu, count: engines_of(config, cpu, count))
 
+    def check_resume(self, config: Any, checkpoints: Any) -> None:
+        """verl resumes from its own checkpoints (trainer.resume_mode auto) and checks them itself."""
+
     def dry_run(self, config: Any, root: Any) -> str:
         from astuner.records.run_dir import dump_config
 

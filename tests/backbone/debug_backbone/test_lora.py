@@ -108,12 +108,16 @@ def test_lora_trains_the_adapter_only_resumes_exactly_and_merges(project, capsys
     resumed = adapter(project / "launcher_record" / "split", 4)
     assert resumed.keys() == weights.keys() and all(torch.equal(resumed[k], weights[k]) for k in weights)
 
-    # the same run folder without model.lora, or with other LoRA settings: refused, not half-loaded
+    # the same run folder without model.lora, or with other LoRA settings: refused, not half-loaded, and the
+    # run folder left as it was (its config.yaml is the run's, no config.before_resume_*, no log lines)
+    split = project / "launcher_record" / "split"
+    before = {p.relative_to(split): p.read_bytes() for p in split.rglob("*") if p.is_file()}
     code, _, err = run_cli(tiny_args(5, "astuner.experiment_name=split") + ["--resume"], capsys)
     assert code == 2 and "holds a LoRA adapter but astuner.model.lora is not set" in err
     code, _, err = run_cli(tiny_args(5, "astuner.model.lora={rank: 8, alpha: 8}", "astuner.experiment_name=split")
                            + ["--resume"], capsys)
     assert code == 2 and "astuner.model.lora.rank is 8 but the checkpoint global_step_4's adapter has 4" in err
+    assert {p.relative_to(split): p.read_bytes() for p in split.rglob("*") if p.is_file()} == before
 
     # merged on export: one model whose logits are the adapted policy's
     out = project / "merged"

@@ -138,6 +138,8 @@ def test_a_resumed_run_is_the_uninterrupted_one_for_every_policy(game, capsys, l
         a["rollout"]["agent_policy"]["guesser"] = "seeker"
 
     other = edited(game, renamed)
+    split = game / "launcher_record" / "split"
+    before = {p.relative_to(split): p.read_bytes() for p in split.rglob("*") if p.is_file()}
     code, _, err = run_cli(["--conf", other, "astuner.experiment_name=split", "astuner.trainer_common.total_training_steps=8",
                             *small, "--resume"], capsys)
     assert code == 2 and "holds no weights of policy 'seeker' (policies/seeker/)" in err, err[-2000:]
@@ -145,6 +147,7 @@ def test_a_resumed_run_is_the_uninterrupted_one_for_every_policy(game, capsys, l
     code, _, err = run_cli(["--conf", single, "astuner.experiment_name=split",
                             "astuner.trainer_common.total_training_steps=8", *small, "--resume"], capsys)
     assert code == 2 and "was saved by a run with astuner.policies" in err, err[-2000:]
+    assert {p.relative_to(split): p.read_bytes() for p in split.rglob("*") if p.is_file()} == before  # untouched
     timing = ("perf/", "timing")
 
     def trained(name):
