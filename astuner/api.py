@@ -375,6 +375,12 @@ def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
     translation = None
     if config_path is not None:
         base = _read_config_file(Path(config_path))
+        if "astuner" not in base and not trinity_config.is_trinity_config(base):
+            from astuner.config.compose import unknown_top_keys
+
+            raise UserError(f"config_path {str(config_path)!r} is neither an astuner YAML (an astuner: section) nor a "
+                            f"Trinity-RFT config; its top-level keys: "
+                            f"{unknown_top_keys(list(base), {'astuner', *trinity_config.TOP_LEVEL}) or ', '.join(base)}")
         if trinity_config.is_trinity_config(base):
             given = {"train_dataset": train_dataset, "eval_dataset": eval_dataset, "model": model,
                      "algorithm": algorithm, "project_name": project_name, "experiment_name": experiment_name,

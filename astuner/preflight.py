@@ -34,13 +34,21 @@ def check_exp_dir(exp_dir: Path, key: str = "--exp-dir", fix: str = "pick anothe
 
 
 def _hub_only(cfg: Any, extra_roots: Sequence[Path]) -> bool:
-    from astuner.config.paths import find_user_path
+    """Whether the tasks come from the hub (not read offline); a missing local path is a DataError here."""
+    from astuner.config.paths import find_user_path, looks_like_hub_id
+    from astuner.task_reader.huggingface import missing_path
 
     tr = cfg.task_reader
     if tr.type != "huggingface_dat_repo":
         return False
-    paths = [tr.huggingface_dat_repo.dataset_path, tr.huggingface_dat_repo.validation_dataset_path]
-    return any(p and find_user_path(p, extra_roots) is None for p in paths)
+    hub = False
+    for key in ("dataset_path", "validation_dataset_path"):
+        path = getattr(tr.huggingface_dat_repo, key)
+        if path and find_user_path(path, extra_roots) is None:
+            if not looks_like_hub_id(path):
+                raise DataError(missing_path(path, extra_roots, f"astuner.task_reader.huggingface_dat_repo.{key}"))
+            hub = True
+    return hub
 
 
 def check_tasks(cfg: Any, extra_roots: Sequence[Path], offline: bool) -> str:
@@ -77,8 +85,8 @@ def check_model(cfg: Any, extra_roots: Sequence[Path], offline: bool = True) -> 
 
 
 def check_model_at(raw: str, tiny: Any, key: str, extra_roots: Sequence[Path], offline: bool) -> str:
-    from astuner.config.paths import find_user_path, tried_paths
-    from astuner.model.model_path import looks_like_hub_id, tiny_model_folder
+    from astuner.config.paths import find_user_path, looks_like_hub_id, tried_paths
+    from astuner.model.model_path import tiny_model_folder
 
     if tiny is not None:  # the folder is raw itself (from the cwd), where model_path creates it
         target = tiny_model_folder(raw)

@@ -75,6 +75,14 @@ CASES: list[tuple[str, Optional[Callable[[str], str]], list[str], list[str]]] = 
     ("yaml-syntax", replace("  data: {train_batch_size: 264,", "  data: {train_batch_size: 264,,]"), [],
      ["math_agent.yaml:7", "YAML syntax error"]),
     ("yaml-root-list", lambda t: "- a\n- b\n", [], ["must hold a mapping"]),
+    # issue 29: was "Cannot merge DictConfig with ListConfig", naming neither the key nor the line
+    ("yaml-astuner-is-a-list", lambda t: "astuner: [1, 2]\n", [],
+     ["math_agent.yaml:1: astuner must be a section", "not a list ([1, 2])"]),
+    ("yaml-section-is-a-list", replace("  rollout:\n    agentscope_workflow", "  rollout: [1, 2]\n  rollout_:\n    x"),
+     [], ["math_agent.yaml:", "astuner.rollout must be a section", "not a list ([1, 2])"]),
+    # was "astuner.model.path is not set; ..." for a file whose only key is misspelt
+    ("yaml-top-level-misspelt", lambda t: t.replace("astuner:\n", "astunr:\n", 1), [],
+     ["no astuner: section", "astunr (did you mean astuner?)"]),
     ("unknown-key-typo", replace("    num_repeat: 4", "    num_repeats: 4"), [],
      ["math_agent.yaml:13", "unknown key 'astuner.rollout.num_repeats'", "did you mean 'astuner.rollout.num_repeat'"]),
     ("key-in-wrong-section", replace("max_response_length: 10000}", "max_response_length: 10000, temperature: 1}"),
@@ -152,6 +160,8 @@ CASES: list[tuple[str, Optional[Callable[[str], str]], list[str], list[str]]] = 
      ["'Nope' is not defined"]),
     ("exp-dir-is-a-file", None, ["--exp-dir", "a_file"], ["--exp-dir a_file is a file"]),
     ("exp-dir-under-a-file", None, ["--exp-dir", "a_file/runs"], ["a_file is a file"]),
+    # issue 29: a traceback (exit 1) at launch, "config OK" at --dry-run
+    ("exp-dir-under-proc", None, ["--exp-dir", "/proc/astuner-runs"], ["no run folder can be made in /proc"]),
     ("sft-steps-without-expert", None, ["astuner.trainer_common.sft.steps=100"],
      ["astuner.trainer_common.sft.steps > 0 needs an expert"]),
     ("sft-expert-not-async", None, ["astuner.trainer_common.sft.steps=100",
@@ -170,6 +180,11 @@ PREFLIGHT_CASES: list[tuple[str, Optional[Callable[[str], str]], list[str], list
     ("data-file-is-a-folder", dataset_file("data/a_folder"), [], ["a_folder (train) is a folder"]),
     ("data-file-is-parquet", dataset_file("data/table.parquet"), [], ["table.parquet (train) is not JSON lines"]),
     ("hf-local-corrupt-parquet", hf_local("hf_corrupt"), [], ["hf_corrupt cannot be", "Parquet"]),
+    # issue 29: "config OK ... not checked offline" at --dry-run, then exit 2 at launch
+    ("hf-local-missing-relative", hf_local("./data/x"), [],
+     ["dataset_path: './data/x' is no file or folder (tried data/x", "cannot be a hub id"]),
+    ("hf-local-missing-absolute", hf_local("/opt/data/x"), [],
+     ["dataset_path: '/opt/data/x' is no file or folder (tried /opt/data/x)"]),
     ("hf-local-no-data-files", hf_local("hf_nodata"), [], ["hf_nodata holds no data files"]),
     ("hf-local-missing-split", hf_local("hf_splits", "training"), [], ["has no split 'training'"]),
     ("model-absolute-path-missing", model("/opt/models/none"), [], ["no model folder '/opt/models/none'"]),

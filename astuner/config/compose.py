@@ -124,6 +124,59 @@ def _suggest_key(key: str) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
+def _default_shape() -> dict[str, Any]:
+    """The tree of the standard defaults (astuner's, verl's, Trinity's), as plain YAML."""
+    shape: dict[str, Any] = {}
+    for name in STANDARD_DEFAULTS[:-1]:
+        for folder in DEFAULT_CONFIG_DIRS:
+            if (folder / f"{name}.yaml").is_file():
+                loaded = yaml.safe_load((folder / f"{name}.yaml").read_text(encoding="utf-8")) or {}
+                shape.update({k: v for k, v in loaded.items() if k != "defaults"})
+    return shape
+
+
+def unknown_top_keys(keys: list[str], known: set[str]) -> str:
+    """'astunr (did you mean astuner?), foo': the keys of `keys` not in `known`, each with its nearest known key."""
+    import difflib
+
+    out = []
+    for key in keys:
+        if key not in known:
+            near = difflib.get_close_matches(key, sorted(known), n=1)
+            out.append(f"{key} (did you mean {near[0]}?)" if near else key)
+    return ", ".join(out[:4]) + (f" and {len(out) - 4} more" if len(out) > 4 else "")
+
+
+def _check_top_level(tree: dict[str, Any], conf_path: Path) -> None:
+    """A file with no astuner: section whose top-level keys are no config's (misspelt): said by those keys, not
+    by the astuner keys left unset."""
+    if "astuner" in tree:
+        return
+    unknown = unknown_top_keys(list(tree), {*_default_shape(), "astuner", "defaults", "hydra", "data_processor"})
+    if unknown:
+        raise ConfigError(f"{conf_path}: no astuner: section, and these top-level keys are no config section: "
+                          f"{unknown}")
+
+
+def _check_sections(tree: dict[str, Any], src: SourceMap) -> None:
+    """ConfigError at the first key of the user's YAML that the defaults hold as a section (a mapping of keys)
+    but the file gives as a list or a value."""
+    shape = _default_shape()
+
+    def walk(user: Any, default: Any, prefix: str) -> None:
+        for key, value in user.items():
+            dotted = f"{prefix}{key}"
+            known = default.get(key) if isinstance(default, dict) else None
+            if isinstance(known, dict) and value is not None and not isinstance(value, dict):
+                kind = f"a list ({str(value)[:40]})" if isinstance(value, list) else f"the value {str(value)[:40]!r}"
+                raise ConfigError(f"{src.where(dotted)}: {dotted} must be a section (a mapping of its keys, such as "
+                                  f"{', '.join(list(known)[:3])}), not {kind}")
+            if isinstance(known, dict) and isinstance(value, dict):
+                walk(value, known, dotted + ".")
+
+    walk({k: v for k, v in tree.items() if k not in ("defaults", "hydra")}, shape, "")
+
+
 def compose_config(conf_path: Path | str, overrides: list[str] | None = None) -> ComposedConfig:
     """Merge defaults, the user's YAML and overrides; resolve interpolations; keep key locations."""
     from hydra import compose, initialize
@@ -148,6 +201,7 @@ def compose_config(conf_path: Path | str, overrides: list[str] | None = None) ->
             searchpath.append(resolved)
 
     primary = OmegaConf.to_container(user, resolve=False)
+    _check_top_level(primary, conf_path)
     defaults = primary.pop("defaults", None)
     if defaults is None:
         defaults = list(STANDARD_DEFAULTS)
@@ -169,6 +223,7 @@ def compose_config(conf_path: Path | str, overrides: list[str] | None = None) ->
         raise ConfigError(f"{src.where('defaults')}: defaults entry {missing!r} was not found in the "
                           f"{len(searchpath)} folders of hydra.searchpath; check defaults and hydra.searchpath") from None
     except (HydraException, OmegaConfBaseException) as exc:
+        _check_sections(primary, src)  # "Cannot merge DictConfig with ListConfig": say which key, on which line
         message = " ".join(str(exc).split())
         message = message.replace(f"'{_PRIMARY_NAME}'", str(conf_path))
         culprit = next((o for o in overrides if o.split("=", 1)[0].lstrip("+~") in message), None)

@@ -8,10 +8,19 @@ from typing import Optional, Sequence
 
 
 def candidate_paths(raw: str, extra_roots: Sequence[Path] = ()) -> list[Path]:
+    """Where `raw` may be, in order, each place once (a root may be the cwd itself)."""
     path = Path(raw).expanduser()
     if path.is_absolute():
         return [path]
-    return [Path.cwd() / path] + [Path(r) / path for r in extra_roots]
+    return list(dict.fromkeys([Path.cwd() / path] + [Path(r).absolute() / path for r in extra_roots]))
+
+
+def looks_like_hub_id(raw: str) -> bool:
+    """`organisation/name` or `name`, as the hub spells repository ids; anything else (./x, /opt/x, a/b/c, ~/x)
+    is meant as a file or folder."""
+    import re
+
+    return re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?", raw) is not None and ".." not in raw
 
 
 def find_user_path(raw: str, extra_roots: Sequence[Path] = ()) -> Optional[Path]:

@@ -158,7 +158,7 @@ def async_function_problem(obj: Any, min_positional: int) -> Optional[str]:
     params = [p for p in inspect.signature(obj).parameters.values()
               if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if len(params) < min_positional:
-        return f"{obj.__name__} takes {len(params)} positional parameter(s), needs {min_positional}"
+        return f"it takes {len(params)} positional parameter{'s' if len(params) != 1 else ''}, not {min_positional}"
     return None
 
 
@@ -175,7 +175,7 @@ def subclass_or_async_function_problem(obj: Any, base: type, method: str, expect
         if async_method and not inspect.iscoroutinefunction(impl):
             return f"{expected}; {obj.__name__}.{method} is not 'async def'"
         return None
-    if inspect.iscoroutinefunction(obj):
+    if inspect.iscoroutinefunction(obj):  # the user wrote a function: only the function's form is said
         problem = async_function_problem(obj, 2)
-        return f"{expected}; {problem}" if problem else None
+        return f"{expected.rsplit(' or ', 1)[-1]}; {problem}" if problem else None
     return expected

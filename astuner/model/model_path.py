@@ -9,7 +9,7 @@ from typing import Any
 
 from loguru import logger
 
-from astuner.config.paths import find_user_path
+from astuner.config.paths import find_user_path, looks_like_hub_id
 
 
 def resolve_model_path(cfg: Any, extra_roots: list[Path]) -> str:
@@ -49,13 +49,6 @@ def tiny_model_folder(raw: str) -> Path:
     """Where a tiny model named `raw` lives (and is created): `raw` itself, a relative one from the cwd."""
     target = Path(raw).expanduser()
     return target if target.is_absolute() else Path.cwd() / target
-
-
-def looks_like_hub_id(raw: str) -> bool:
-    """`organisation/name` or `name`, as the hub spells repository ids; anything else is meant as a folder."""
-    import re
-
-    return re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?", raw) is not None and ".." not in raw
 
 
 def _tiny_corpus(cfg: Any, extra_roots: list[Path]) -> list[str]:

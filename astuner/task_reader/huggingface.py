@@ -8,7 +8,7 @@ from typing import Any, Iterator, Optional, Sequence
 
 from loguru import logger
 
-from astuner.config.paths import find_user_path
+from astuner.config.paths import find_user_path, looks_like_hub_id, tried_paths
 from astuner.errors import DataError
 from astuner.schema import Task
 from astuner.task_reader.rows import row_to_task, unique_ids
@@ -99,12 +99,21 @@ def _load_hub(dataset_id: str, name: Optional[str], split: str) -> Any:
                     f"({_first_line(last) if last else ''}); point dataset_path at a local folder or file")
 
 
-def load_rows(dataset_path: str, dataset_name: Optional[str], split: str, extra_roots: Sequence[Path] = ()) -> Any:
-    """The rows of one split: a local copy when `dataset_path` names one, else the hub."""
+def load_rows(dataset_path: str, dataset_name: Optional[str], split: str, extra_roots: Sequence[Path] = (),
+              key: str = KEY) -> Any:
+    """The rows of one split: a local copy when `dataset_path` names one, else the hub (when it can be a hub id:
+    a path such as ./data/x or /opt/data/x that is not there is a DataError naming `key`)."""
     local = find_user_path(dataset_path, extra_roots)
     if local is not None:
         return _load_local(local, dataset_name, split)
+    if not looks_like_hub_id(dataset_path):
+        raise DataError(missing_path(dataset_path, extra_roots, key))
     return _load_hub(dataset_path, dataset_name, split)
+
+
+def missing_path(dataset_path: str, extra_roots: Sequence[Path], key: str) -> str:
+    return (f"{key}: {dataset_path!r} is no file or folder (tried {tried_paths(dataset_path, extra_roots)}) and cannot "
+            f"be a hub id; point it at a local folder or file")
 
 
 class HuggingfaceDatRepoReader:
@@ -123,7 +132,8 @@ class HuggingfaceDatRepoReader:
     def _tasks(self, split: str, path: Optional[str] = None) -> list[Task]:
         path = path or self.dataset_path
         source = f"{path} [{split}]"
-        rows = load_rows(path, self.dataset_name, split, self.extra_roots)
+        key = KEY if path == self.dataset_path else "astuner.task_reader.huggingface_dat_repo.validation_dataset_path"
+        rows = load_rows(path, self.dataset_name, split, self.extra_roots, key)
         tasks = [row_to_task(dict(row), i, split, self.query_field, f"{source} row {i}") for i, row in enumerate(rows)]
         if not tasks:
             raise DataError(f"{source}: the split holds no rows")

@@ -511,6 +511,21 @@ def test_a_name_or_root_that_cannot_be_a_run_folder_is_one_line_naming_the_trini
     assert not (tmp_path / "checkpoints").exists()
 
 
+def test_a_trinity_config_with_every_top_level_key_misspelt_is_told_by_those_keys(tmp_path, monkeypatch):
+    """It is neither a Trinity config nor an astuner YAML (was: "astuner.model.path is not set; ...")."""
+    monkeypatch.chdir(tmp_path)
+    conf = yaml.safe_load(TUTORIAL)
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"projetc": "p", "nmae": "n", "modle": conf["model"], "bufer": conf["buffer"],
+                                    "algoritm": conf["algorithm"]}))
+    with pytest.raises(UserError) as info:
+        tune(workflow_func=run_react_agent, judge_func=judge_function, config_path="c.yaml")
+    text = str(info.value)
+    assert "is neither an astuner YAML (an astuner: section) nor a Trinity-RFT config" in text
+    assert "algoritm (did you mean algorithm?)" in text and "bufer (did you mean buffer?)" in text
+    assert "and 1 more" in text and "not set" not in text and len(text) <= 300
+
+
 def test_continue_from_checkpoint_false_starts_a_new_run_beside_the_old(dataset, tiny_model_dir, tmp_path,
                                                                        monkeypatch):
     """As Trinity: an existing run folder is continued (continue_from_checkpoint, its default), or with false a

@@ -94,14 +94,29 @@ def test_module_raising_at_import_reports_location(project):
 
 
 @pytest.mark.parametrize("name,problem", [
-    ("helper", "is not an async function"),
-    ("too_few", "takes 1 positional parameter(s), needs 2"),
+    ("helper", "must be a Workflow subclass"),
+    # an async function with too few parameters: only the function's form is said (the message was 306 characters)
+    ("too_few", "must be an async function (task, model, ...); it takes 1 positional parameter, not 2"),
 ])
 def test_workflow_kind_errors(project, name, problem):
     with pytest.raises(PluginError) as info:
         resolve_plugin(f"my_pkg.flows->{name}", "astuner.rollout.agentscope_workflow", check_workflow_plugin)
-    assert "must be a Workflow subclass" in str(info.value)
-    assert problem in str(info.value) or name == "helper"
+    assert problem in str(info.value), str(info.value)
+    assert len(f"astuner: error: {info.value}") <= 300
+
+
+def test_a_judge_of_one_argument_is_told_in_one_short_line(project):
+    from astuner.task_judge.base import check_judge_plugin
+
+    folder = project / "a_rather_long_folder_name_for_the_judges_of_this_project"
+    folder.mkdir()
+    (folder / "my_judge_functions.py").write_text("async def judge(task):\n    return 1.0\n")
+    with pytest.raises(PluginError) as info:
+        resolve_plugin(f"{folder}/my_judge_functions.py->judge", "astuner.task_judge.judge_protocol",
+                       check_judge_plugin)
+    message = f"astuner: error: {info.value}".replace(f"{project}/", "")
+    assert "must be an async function (task, response, ...); it takes 1 positional parameter, not 2" in message
+    assert len(message) <= 300, len(message)
 
 
 def test_judge_kind_errors(project):
