@@ -40,12 +40,10 @@ class RunRequest:
 
 def execute(request: RunRequest) -> RunDir:
     """Run `request` to its end; the run folder. Raises what the checks or the backbone raised."""
-    from astuner.backbone import RunContext, load_backbone
-    from astuner.errors import AstunerError, StorageError, UserError
+    from astuner.backbone import load_backbone
+    from astuner.errors import UserError
     from astuner.preflight import preflight
-    from astuner.records.storage import disk_failure
-    from astuner.records import prepare_run_dir
-    from astuner.records.run_dir import check_run_dir, holds_run, mark_if_never_stepped
+    from astuner.records.run_dir import check_run_dir, holds_run
 
     run = request.config
     backbone = load_backbone(request.backbone)
@@ -56,6 +54,26 @@ def execute(request: RunRequest) -> RunDir:
             backbone.check_resume(run, RunDir(root, resumed=True, layout=request.layout).checkpoints)
     except UserError as exc:
         raise request.explain(exc) from None
+    # --with-logview: its port taken now, so a busy one is refused before the run folder exists
+    viewer = _bind_logview(root, request) if request.with_logview else None
+    try:
+        return _prepare_and_run(request, backbone, notes, viewer)
+    finally:
+        if viewer is not None:
+            viewer.shutdown()
+            viewer.server_close()
+
+
+def _prepare_and_run(request: RunRequest, backbone: Any, notes: list[str], viewer: Any) -> RunDir:
+    from loguru import logger
+
+    from astuner.backbone import RunContext
+    from astuner.errors import AstunerError, StorageError
+    from astuner.records import prepare_run_dir
+    from astuner.records.run_dir import mark_if_never_stepped
+    from astuner.records.storage import disk_failure
+
+    run = request.config
     try:
         run_dir = prepare_run_dir(request.exp_dir, run.experiment_name,
                                   run.merged if request.merged is None else request.merged, request.resume,
@@ -66,17 +84,17 @@ def execute(request: RunRequest) -> RunDir:
             raise
         raise StorageError(f"the run folder {Path(request.exp_dir) / run.experiment_name} cannot be written: "
                            f"{why}") from None
-    from loguru import logger
-
     for note in notes:  # what was checked (tasks, model, and for verl / trinity what the machine gives the run)
         logger.info(note)
-    viewer = None
     try:
         if request.on_prepared is not None:
             request.on_prepared(run_dir)
         aux = request.auxiliary_models() if callable(request.auxiliary_models) else request.auxiliary_models
-        if request.with_logview:
-            viewer = _start_logview(run_dir.root, request, backbone)
+        if viewer is not None:
+            logger.info(f"trajectory viewer: {viewer.url} (this run, live; after it ends: astuner view {run_dir.root})")
+            if not backbone.records_tokens:
+                logger.warning(f"--with-logview: the {request.backbone} backbone does not record astuner's token-level "
+                               f"trajectories; the viewer shows what the run folder holds")
         backbone.run(RunContext(config=run, plugins=request.plugins, run_dir=run_dir, with_ray=request.with_ray,
                                 with_logview=request.with_logview, auxiliary_models=aux, key_name=request.key_name))
     except BaseException as exc:
@@ -88,21 +106,10 @@ def execute(request: RunRequest) -> RunDir:
             raise StorageError(f"the run stopped: {why}; the complete checkpoints are kept: free space (or make it "
                                f"writable), then continue with {again}") from exc
         raise
-    finally:
-        if viewer is not None:
-            viewer.shutdown()
-            viewer.server_close()
     return run_dir
 
 
-def _start_logview(root: Path, request: RunRequest, backbone: Any) -> Any:
-    from loguru import logger
-
+def _bind_logview(root: Path, request: RunRequest) -> Any:
     from astuner.viewer import start_viewer
 
-    viewer = start_viewer(root, port=request.logview_port, live=True)
-    logger.info(f"trajectory viewer: {viewer.url} (this run, live; after it ends: astuner view {root})")
-    if not backbone.records_tokens:
-        logger.warning(f"--with-logview: the {request.backbone} backbone does not record astuner's token-level "
-                       f"trajectories; the viewer shows what the run folder holds")
-    return viewer
+    return start_viewer(root, port=request.logview_port, live=True, must_exist=False)

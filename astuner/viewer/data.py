@@ -8,9 +8,8 @@ import json
 import re
 import statistics
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
-from astuner.records.tokens import read_token_records
 
 STEP_FILE = re.compile(r"^step_(\d+)\.jsonl$")
 CURVES = ("reward/mean", "reward/success_rate", "val/reward_mean", "rollout/error_rate", "rollout/madness_rate",
@@ -18,21 +17,42 @@ CURVES = ("reward/mean", "reward/success_rate", "val/reward_mean", "rollout/erro
           "actor/grad_norm", "perf/time_step_s")
 
 
+def json_rows(lines: Iterable[str]) -> list[dict[str, Any]]:
+    """The JSON objects among `lines`: a line cut short (a live run writing it, a crash), one that is no JSON or
+    no object (`7`, `[1, 2]`) is left out; NaN and Infinity become null (the page's JSON has no such numbers)."""
+    rows = []
+    for line in lines:
+        try:
+            row = json.loads(line, parse_constant=lambda name: None)
+        except ValueError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
+class RunFileError(Exception):
+    """A run file that cannot be read at all (the viewer answers 500 naming it)."""
+
+
 class RunData:
     def __init__(self, root: Path):
         self.root = Path(root)
         self.trajectories = self.root / "trajectories"
 
-    def _jsonl(self, path: Path) -> list[dict[str, Any]]:
+    def _read(self, path: Path, gz: bool = False) -> list[dict[str, Any]]:
         if not path.is_file():
             return []
-        rows = []
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:  # a line being written by a live run
-                continue
-        return rows
+        try:
+            data = path.read_bytes()
+            if gz:
+                data = _gunzip_prefix(data)
+        except OSError as exc:
+            raise RunFileError(f"{path.relative_to(self.root)} cannot be read: {exc.strerror or exc}") from None
+        return json_rows(data.decode("utf-8", errors="replace").splitlines())
+
+    def _jsonl(self, path: Path) -> list[dict[str, Any]]:
+        return self._read(path)
 
     def steps(self) -> list[int]:
         if not self.trajectories.is_dir():
@@ -56,14 +76,16 @@ class RunData:
             return None
         table, groups = [], {}
         for row in rows:
-            samples = row.get("samples") or []
+            samples = [s for s in row.get("samples") or [] if isinstance(s, dict)] \
+                if isinstance(row.get("samples"), list) else []
             table.append({"task_id": row.get("task_id"), "repeat_index": row.get("repeat_index"),
                           "episode_uuid": row.get("episode_uuid"), "reward": row.get("reward"),
                           "advantage": row.get("advantage"), "is_success": row.get("is_success"),
                           "failed": row.get("failed"), "madness": row.get("madness") or [],
                           "truncated": row.get("truncated"), "calls": row.get("calls"),
                           "tool_errors": row.get("tool_parse_failures"),
-                          "tokens": sum(s.get("response_tokens", 0) for s in samples) or row.get("response_tokens")})
+                          "tokens": sum(s["response_tokens"] for s in samples
+                                        if isinstance(s.get("response_tokens"), (int, float))) or row.get("response_tokens")})
             groups.setdefault(str(row.get("task_id")), []).append(row.get("reward"))
         stats = {}
         for task, rewards in groups.items():
@@ -77,10 +99,19 @@ class RunData:
         if row is None:
             return None
         path = self.trajectories / f"step_{int(step)}.tokens.jsonl.gz"
-        samples = []
-        if path.is_file():
-            try:
-                samples = [r for r in read_token_records(path) if r.get("episode_uuid") == uuid]
-            except (OSError, EOFError, json.JSONDecodeError):
-                samples = []
-        return {"step": int(step), "episode": row, "samples": sorted(samples, key=lambda r: r.get("sample", 0))}
+        samples = [r for r in self._read(path, gz=True) if r.get("episode_uuid") == uuid]
+        order = lambda r: r["sample"] if isinstance(r.get("sample"), int) else 0  # noqa: E731
+        return {"step": int(step), "episode": row, "samples": sorted(samples, key=order)}
+
+
+def _gunzip_prefix(data: bytes) -> bytes:
+    """What a gzip file holds up to where it is cut short or damaged (a live run still writing it, a crash)."""
+    import zlib
+
+    inflater, out = zlib.decompressobj(16 + zlib.MAX_WBITS), []
+    for start in range(0, len(data), 1 << 16):
+        try:
+            out.append(inflater.decompress(data[start:start + (1 << 16)]))
+        except zlib.error:
+            break
+    return b"".join(out)

@@ -90,7 +90,9 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass
         except Exception as exc:  # noqa: BLE001 - a broken run file: an answer naming it, never a dropped connection
-            message = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            step = m.group(1) if (m := STEP.match(path) or EPISODE.match(path)) else None
+            source = f"trajectories/step_{step}" if step is not None else "metrics.jsonl"
+            message = " ".join(f"{source}: {type(exc).__name__}: {exc}".split())[:300]
             try:
                 self._send(HTTPStatus.INTERNAL_SERVER_ERROR, json.dumps({"error": message}).encode(),
                            "application/json; charset=utf-8")
@@ -119,11 +121,12 @@ class ViewerServer(ThreadingHTTPServer):
         return f"http://{shown}:{port}/"
 
 
-def _open(run_root: Path, host: str, port: int, live: bool = False) -> ViewerServer:
+def _open(run_root: Path, host: str, port: int, live: bool = False, must_exist: bool = True) -> ViewerServer:
+    """Bound (the port is taken, or UserError saying why not), not yet serving."""
     from astuner.errors import UserError
 
     root = Path(run_root)
-    if not root.is_dir():
+    if must_exist and not root.is_dir():
         raise UserError(f"{root} is not a run folder (expected launcher_record/<experiment_name>)")
     if host not in LOCAL_HOSTS:
         from loguru import logger
@@ -145,9 +148,11 @@ def check_port(port: Any, option: str) -> int:
     return port
 
 
-def start_viewer(run_root: Path, host: str = "127.0.0.1", port: int = 0, live: bool = False) -> ViewerServer:
-    """Serve in a daemon thread (beside a run: --with-logview); `server.shutdown()` stops it."""
-    server = _open(run_root, host, port, live)
+def start_viewer(run_root: Path, host: str = "127.0.0.1", port: int = 0, live: bool = False,
+                 must_exist: bool = True) -> ViewerServer:
+    """Serve in a daemon thread (beside a run: --with-logview, started before its run folder is made, so a busy
+    port is refused before anything is written: `must_exist` False); `server.shutdown()` stops it."""
+    server = _open(run_root, host, port, live, must_exist)
     threading.Thread(target=server.serve_forever, name="astuner-viewer", daemon=True).start()
     return server
 

@@ -55,3 +55,24 @@ def test_with_logview_serves_the_live_run(tmp_path):
     except OSError:
         stopped = True
     assert stopped
+
+
+def test_a_busy_logview_port_is_refused_before_the_run_folder_exists(tmp_path, capsys, monkeypatch):
+    """Was: refused after the run folder was made, which then blocked the rerun on a free port."""
+    import socket
+
+    from tests.conftest import run_cli
+
+    monkeypatch.chdir(REPO_ROOT)
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        argv = ["--conf", "tutorial/example_tiny_cpu/tiny_cpu.yaml", "--exp-dir", str(tmp_path / "runs"),
+                "--with-logview", "--logview-port", str(taken.getsockname()[1]),
+                "astuner.trainer_common.total_training_steps=1"]
+        code, _, err = run_cli(argv, capsys)
+    finally:
+        taken.close()
+    assert code == 2 and "the viewer cannot listen on 127.0.0.1:" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()

@@ -201,3 +201,52 @@ def test_a_port_out_of_range_is_one_line_exit_2(capsys, tiny_run, argv):
     err = capsys.readouterr().err
     assert code == 2 and "is not a port; use 0 (any free port) to 65535" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def _first_episode(run: Path) -> tuple[int, str]:
+    step = 1
+    row = json.loads((run / "trajectories" / f"step_{step}.jsonl").read_text().splitlines()[0])
+    return step, row["episode_uuid"]
+
+
+def _damage(path: Path, how: str) -> None:
+    import gzip
+
+    data = path.read_bytes()
+    if how == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    elif how == "garbage":
+        path.write_bytes(b"\x00\xff not json \xfe" * 50)
+    elif how == "scalar-rows":
+        path.write_bytes(gzip.compress(b"7\n[1, 2]\nnull\n") if path.suffix == ".gz" else b"7\n[1, 2]\nnull\n")
+    elif how == "nan-row":
+        rows = gzip.decompress(data) if path.suffix == ".gz" else data
+        text = rows.decode().splitlines()[0].replace('"reward": ', '"reward": NaN, "was": ', 1)
+        text = text.replace('"sample": ', '"sample": NaN, "was": ', 1)
+        path.write_bytes(gzip.compress(text.encode()) if path.suffix == ".gz" else text.encode())
+
+
+@pytest.mark.parametrize("how", ["truncated", "garbage", "scalar-rows", "nan-row"])
+@pytest.mark.parametrize("which", ["step_1.jsonl", "step_1.tokens.jsonl.gz"])
+def test_a_broken_trajectory_file_gets_an_answer_naming_it(tiny_run, tmp_path, which, how):
+    """Was: the connection dropped with no HTTP answer. Now every route answers JSON: what could be read (200),
+    or a 500 that names the file; the other steps keep working."""
+    import shutil
+
+    run = tmp_path / "broken"
+    shutil.copytree(tiny_run, run)
+    step, uuid = _first_episode(run)
+    _damage(run / "trajectories" / which, how)
+    viewer = start_viewer(run)
+    try:
+        for route in ("/api/run", f"/api/step/{step}", f"/api/episode/{step}/{uuid}"):
+            status, kind, body = get(viewer, route)
+            assert kind.startswith("application/json"), (route, status, body[:200])
+            answer = json.loads(body)
+            assert status in (200, 404, 500), (route, status)
+            if status == 500:
+                assert which in answer["error"], answer
+        assert get(viewer, "/api/step/2")[0] == 200  # the other steps keep working
+    finally:
+        viewer.shutdown()
+        viewer.server_close()
