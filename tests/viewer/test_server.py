@@ -250,3 +250,25 @@ def test_a_broken_trajectory_file_gets_an_answer_naming_it(tiny_run, tmp_path, w
     finally:
         viewer.shutdown()
         viewer.server_close()
+
+
+def test_two_hundred_concurrent_requests_are_all_answered(server):
+    """Was: 9 of 200 got no answer within 60 s (the standard library's listen backlog of 5)."""
+    import threading
+
+    start = threading.Barrier(200)
+    answers: list = []
+
+    def fetch() -> None:
+        start.wait()
+        try:
+            answers.append(get(server, "/api/run")[0])
+        except OSError as exc:
+            answers.append(repr(exc))
+
+    threads = [threading.Thread(target=fetch) for _ in range(200)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert answers == [200] * 200, [a for a in answers if a != 200][:5]
