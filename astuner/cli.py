@@ -66,14 +66,17 @@ def _run(args: argparse.Namespace) -> int:
         from astuner.viewer.server import check_port
 
         check_port(args.logview_port, "--logview-port")  # before anything is composed or written
-    from astuner.preflight import preflight
-
     run_config = load_run_config(args.conf, args.overrides)
     plugins = resolve_plugins(run_config)
     run_root = Path(args.exp_dir) / run_config.experiment_name
-    if args.dry_run:
+    from astuner.run import RunRequest, check, execute
+
+    request = RunRequest(config=run_config, plugins=plugins, backbone=args.backbone, exp_dir=Path(args.exp_dir),
+                         resume=args.resume, with_ray=args.with_ray, with_logview=args.with_logview,
+                         logview_port=args.logview_port)
+    if args.dry_run:  # the run's own checks, run folder included; offline
         backbone = get_backbone(args.backbone)
-        notes = preflight(run_config, Path(args.exp_dir), offline=True, backbone=backbone)
+        _, notes = check(request, backbone, offline=True)
         sys.stdout.write(backbone.dry_run(run_config, run_root.absolute()))
         for note in notes:
             print(f"astuner: {note}", file=sys.stderr)
@@ -83,11 +86,7 @@ def _run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_OK
 
-    from astuner.run import RunRequest, execute
-
-    execute(RunRequest(config=run_config, plugins=plugins, backbone=args.backbone, exp_dir=Path(args.exp_dir),
-                       resume=args.resume, with_ray=args.with_ray, with_logview=args.with_logview,
-                       logview_port=args.logview_port))
+    execute(request)
     return EXIT_OK
 
 

@@ -38,22 +38,31 @@ class RunRequest:
     exp_dir_key: tuple[str, str] = ("--exp-dir", "pick another --exp-dir")
 
 
-def execute(request: RunRequest) -> RunDir:
-    """Run `request` to its end; the run folder. Raises what the checks or the backbone raised."""
-    from astuner.backbone import load_backbone
+def check(request: RunRequest, backbone: Any, offline: bool) -> tuple[Path, list[str]]:
+    """Every check made before anything is written, for the run and for `--dry-run` (`offline`: what needs the
+    network is said, not checked): the run folder (taken by another run without --resume?), the preflight, and
+    with --resume the backbone's resume checks. The run folder's path and the preflight's notes."""
     from astuner.errors import UserError
     from astuner.preflight import preflight
     from astuner.records.run_dir import check_run_dir, holds_run
 
     run = request.config
-    backbone = load_backbone(request.backbone)
-    root = check_run_dir(request.exp_dir, run.experiment_name, request.resume)
     try:
-        notes = preflight(run, request.exp_dir, offline=False, backbone=backbone, exp_dir_key=request.exp_dir_key)
+        root = check_run_dir(request.exp_dir, run.experiment_name, request.resume)
+        notes = preflight(run, request.exp_dir, offline=offline, backbone=backbone, exp_dir_key=request.exp_dir_key)
         if request.resume and holds_run(root):  # before config.yaml is rewritten: a refused resume changes nothing
             backbone.check_resume(run, RunDir(root, resumed=True, layout=request.layout).checkpoints)
     except UserError as exc:
         raise request.explain(exc) from None
+    return root, notes
+
+
+def execute(request: RunRequest) -> RunDir:
+    """Run `request` to its end; the run folder. Raises what the checks or the backbone raised."""
+    from astuner.backbone import load_backbone
+
+    backbone = load_backbone(request.backbone)
+    root, notes = check(request, backbone, offline=False)
     # --with-logview: its port taken now, so a busy one is refused before the run folder exists
     viewer = _bind_logview(root, request) if request.with_logview else None
     try:

@@ -65,6 +65,11 @@ def test_existing_run_is_refused_then_resumed(seed, capsys, fake):
     assert code == 2
     assert "already holds a run; continue it with --resume" in err
     assert log.read_text() == before  # nothing touched
+    # a dry run checks the run folder as the run does (it said "config OK", then the run exited 2)
+    code, _, err = run_cli(["--conf", YAML, "--dry-run"], capsys)
+    assert code == 2 and "already holds a run; continue it with --resume" in err and "config OK" not in err
+    code, _, err = run_cli(["--conf", YAML, "--dry-run", "--resume"], capsys)
+    assert code == 0 and "config OK" in err
     code, _, err = run_cli(["--conf", YAML, "--resume", "astuner.rollout.num_repeat=8"], capsys)
     assert code == 0, err
     root = seed.root / "launcher_record" / "math_agent"
