@@ -70,11 +70,20 @@ def _read_local(path: Path, name: Optional[str], split: str) -> Any:
     if path.is_dir() and not any(p.suffix.lower() in _FILE_BUILDERS for p in path.rglob("*") if p.is_file()):
         raise DataError(f"{KEY}: {path} holds no data files (.jsonl, .json, .parquet, .csv)")
     try:
-        return datasets.load_dataset(str(path), name, split=split)
+        return datasets.load_dataset(str(path), name, split=_split_of_files(split))
     except ValueError as exc:
         if "Unknown split" in str(exc):
             raise DataError(f"dataset {path} has no split {split!r}: {exc}".splitlines()[0]) from None
         raise DataError(f"{KEY}: {path} cannot be loaded as a dataset: {exc}".splitlines()[0]) from None
+
+
+def _split_of_files(split: str) -> str:
+    """The split `datasets` names a folder's files by, for the name a user gives: files named val.jsonl or
+    dev.jsonl are datasets' split "validation" (eval.jsonl: "test"), so split "val" asks for them (datasets'
+    own table of file-name keywords)."""
+    from datasets.data_files import SPLIT_KEYWORDS
+
+    return next((str(canonical) for canonical, words in SPLIT_KEYWORDS.items() if split.lower() in words), split)
 
 
 def _load_hub(dataset_id: str, name: Optional[str], split: str) -> Any:

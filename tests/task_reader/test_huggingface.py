@@ -72,3 +72,14 @@ def test_hub_id_offline_says_how_to_point_at_local_copy(tmp_path):
     assert "point dataset_path at a local folder or file" in proc.stdout
     assert proc.stderr.strip() == ""  # no log lines or progress bars of datasets' own
     assert len(proc.stdout.strip()) - len("DATAERROR ") <= 300
+
+
+@pytest.mark.parametrize("asked", ["val", "validation", "dev", "VAL"])
+def test_a_local_folder_split_is_found_by_its_file_name_or_datasets_name(tmp_path, asked):
+    """datasets names val.jsonl's split "validation"; a tune() asking for "val" (the file's name) failed."""
+    from astuner.task_reader.huggingface import load_rows
+
+    (tmp_path / "train.jsonl").write_text('{"question": "a", "answer": "1"}\n')
+    (tmp_path / "val.jsonl").write_text('{"question": "b", "answer": "2"}\n{"question": "c", "answer": "3"}\n')
+    assert [r["question"] for r in load_rows(str(tmp_path), None, asked)] == ["b", "c"]
+    assert [r["question"] for r in load_rows(str(tmp_path), None, "train")] == ["a"]
