@@ -32,12 +32,18 @@ def last_boxed(text: str) -> Optional[str]:
     return None
 
 
+ANSWER_FIELDS = ("ground_truth", "answer", "final_answer", "label")  # a row's reference answer, first found
+
+
+def expected_answer(metadata: dict[str, Any]) -> Any:
+    """A task row's reference answer as the row holds it (None when it has none of ANSWER_FIELDS)."""
+    return next((metadata[key] for key in ANSWER_FIELDS if metadata.get(key) is not None), None)
+
+
 def ground_truth_of(metadata: dict[str, Any]) -> Optional[str]:
     """The reference answer of a task row: `ground_truth`, or `answer` (GSM8K's '... #### 72' keeps 72)."""
-    for key in ("ground_truth", "answer", "final_answer", "label"):
-        value = metadata.get(key)
-        if value is None:
-            continue
+    value = expected_answer(metadata)
+    if value is not None:
         text = str(value)
         if "####" in text:
             text = text.rsplit("####", 1)[1]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import REPO_ROOT
 from tests.viewer.conftest import STEPS
 from tests.viewer.test_server import trained_step
 
@@ -92,7 +93,15 @@ def test_run_page_step_table_and_episode_tokens(browser, viewer, tiny_run, tmp_p
     step, record = trained_step(tiny_run)
     browser.get(f"{viewer.url}?step={step}&episode={record['episode_uuid']}")
     wait(browser, EC.presence_of_element_located((By.CSS_SELECTOR, '.tokens .tok[data-loss-mask="1"]')))
-    assert "tool calls that did not parse" in browser.find_element(By.TAG_NAME, "body").text
+    body = browser.find_element(By.TAG_NAME, "body").text
+    assert "tool calls that did not parse" in body
+    # the task as the reader gave it: its query and expected answer (the records held the task id only)
+    row = next(json.loads(line) for line in (tiny_run / "trajectories" / f"step_{step}.jsonl").read_text().splitlines()
+               if json.loads(line)["episode_uuid"] == record["episode_uuid"])
+    task = next(json.loads(line) for line in (REPO_ROOT / "tutorial" / "example_tiny_cpu" / "train.jsonl").open()
+                if json.loads(line)["task_id"] == row["task_id"])
+    assert row["query"] == task["question"] and row["expected"] == task["answer"]
+    assert "query" in body and task["question"] in body and "expected answer" in body
     sample = browser.find_element(By.CSS_SELECTOR, f'.tokens[data-sample="{record["sample"]}"]')
     tokens = sample.find_elements(By.CSS_SELECTOR, ".tok")
     assert len(tokens) == len(record["input_ids"])

@@ -23,6 +23,7 @@ from astuner.model.precision import compute_dtype
 from astuner.records.metrics import MetricsWriter, plot_reward_curve, write_trajectories
 from astuner.records.tokens import TokenPieces, token_record, write_token_records
 from astuner.rollout.manager import RolloutBatch, RolloutManager, build_judge
+from astuner.task_judge.math_answer import expected_answer
 from astuner.backbone.debug.resume import check_resume, check_saved_policy
 from astuner.backbone.debug.checkpoint import (latest_checkpoint, load_trainer_state, restore_rng, rng_state,
                                         save_checkpoint)
@@ -501,6 +502,8 @@ class DebugTrainer:
             last = e.recorder.calls[-1] if e.recorder.calls else None
             rows.append({
                 "task_id": e.task.task_id, "repeat_index": e.repeat_index, "episode_uuid": e.episode_uuid,
+                # the task as the reader gave it: its query, and the answer it expects (to check a failed episode)
+                "query": e.task.query_or_none, "expected": expected_answer(e.task.metadata),
                 "reward": e.reward, "is_success": e.is_success,
                 "advantage": statistics.fmean([s.advantage for s in e.samples]) if e.samples else None,
                 "failed": e.failed, "error": e.error, "madness": e.mad_reasons, "truncated": e.recorder.truncated,
@@ -533,7 +536,10 @@ class DebugTrainer:
             parts += [f"pg_loss {m['actor/pg_loss']:+.4f}", f"grad_norm {m.get('actor/grad_norm', 0):.3f}"]
         if "actor/kl" in m:
             parts.append(f"kl {m['actor/kl']:.4f}")
-        parts += [f"errors {m['rollout/error_rate']:.2f}", f"{m['perf/time_step_s']:.1f}s"]
+        parts += [f"errors {m['rollout/error_rate']:.2f}"]
+        if m.get("rollout/madness_rate"):  # episodes given the madness reward (rollout.agent_madness_reward)
+            parts.append(f"madness {m['rollout/madness_rate']:.2f}")
+        parts.append(f"{m['perf/time_step_s']:.1f}s")
         if "val/reward_mean" in m:
             parts.append(f"val {m['val/reward_mean']:.3f}")
         for name in self.cfg.policies:

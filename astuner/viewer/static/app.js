@@ -257,7 +257,7 @@ async function episodePage(step, uuid) {
   const data = await getJSON(`/api/episode/${step}/${encodeURIComponent(uuid)}`);
   const e = data.episode;
   crumbs([link(`step ${step}`, { step }), `task ${e.task_id} · repeat ${e.repeat_index}`]);
-  const facts = [["reward", e.reward], ["advantage", e.advantage], ["success", e.is_success], ["failed", e.failed],
+  const facts = [["query", e.query], ["expected answer", e.expected], ["reward", e.reward], ["advantage", e.advantage], ["success", e.is_success], ["failed", e.failed],
     ["madness", e.madness], ["truncated", e.truncated], ["model calls", e.calls],
     ["tool calls that did not parse", e.tool_parse_failures], ["agents", agentsFact(e)],
     ...Object.entries(e.metrics || {}).map(([k, v]) => [k, v]), ["uuid", e.episode_uuid]];
