@@ -363,6 +363,9 @@ def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
     from astuner.records.run_dir import holds_run
     from astuner.compat.trinity import config as trinity_config
 
+    from astuner.records.progress import quiet_libraries
+
+    quiet_libraries()  # the libraries' bars and advisory warnings off (ASTUNER_VERBOSE=1 keeps them)
     _check_function(workflow_func, "workflow_func", ("task", "model"))
     if auxiliary_models and backbone != "debug":
         raise UserError(f"tune(auxiliary_models=...) are served on the debug backbone only in this version (backbone "

@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--exp-dir", default="launcher_record", metavar="DIR",
                         help="parent folder of run records (default: launcher_record)")
     parser.add_argument("--resume", action="store_true", help="continue the run already in the run folder")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show the libraries' own progress bars and warnings (transformers, datasets, hub)")
     parser.add_argument("--dry-run", action="store_true",
                         help="check the config, plug-ins, task rows, model folder and env service; print the merged "
                              "config; start nothing, write nothing")
@@ -58,6 +60,9 @@ def _error(message: str) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from astuner.records.progress import quiet_libraries
+
+    quiet_libraries(args.verbose)  # before transformers / datasets are imported: they read it then
     from astuner.backbone import get_backbone
     from astuner.config import load_run_config
     from astuner.plugins import resolve_plugins

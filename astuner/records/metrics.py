@@ -106,6 +106,10 @@ def plot_reward_curve(history: list[dict[str, Any]], path: Path, title: str) -> 
     val = [r for r in history if r.get("val/reward_mean") is not None]
     if val:
         ax.plot([r["step"] for r in val], [r["val/reward_mean"] for r in val], "o-", label="val/reward_mean")
+    before = [r for r in history if r.get("sft/val_reward_before") is not None]  # step 0, before the warm start
+    if before:
+        ax.plot([r["step"] for r in before], [r["sft/val_reward_before"] for r in before], "x", markersize=9,
+                label="val before the warm start")
     ax.set_xlabel("step")
     ax.set_ylabel("reward")
     ax.set_title(title)

@@ -132,7 +132,11 @@ def prepare_run_dir(exp_dir: Path, experiment_name: str, merged: dict[str, Any],
 
 def setup_logging(log_path: Path) -> None:
     """Log to the console and append to `log_path`."""
+    from astuner.records.progress import console_sink
+
     logger.remove()
-    logger.add(sys.stderr, level="INFO", format="<green>{time:HH:mm:ss}</green> | <level>{level: <7}</level> | {message}")
+    # through tqdm.write: above a progress bar, never on its row; coloured only on a terminal
+    logger.add(console_sink, level="INFO", colorize=bool(getattr(sys.stderr, "isatty", lambda: False)()),
+               format="<green>{time:HH:mm:ss}</green> | <level>{level: <7}</level> | {message}")
     logger.add(log_path, level="DEBUG", encoding="utf-8", enqueue=False,
                format="{time:YYYY-MM-DD HH:mm:ss.SSS} | {level: <7} | {name}:{line} | {message}")

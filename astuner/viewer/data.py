@@ -12,7 +12,7 @@ from typing import Any, Iterable, Optional
 
 
 STEP_FILE = re.compile(r"^step_(\d+)\.jsonl$")
-CURVES = ("reward/mean", "reward/success_rate", "val/reward_mean", "rollout/error_rate", "rollout/madness_rate",
+CURVES = ("reward/mean", "reward/success_rate", "val/reward_mean", "sft/val_reward_before", "rollout/error_rate", "rollout/madness_rate",
           "rollout/truncated_rate", "rollout/tool_parse_failures", "actor/kl", "actor/clip_frac", "actor/rollout_logprob_diff", "actor/entropy",
           "actor/grad_norm", "perf/time_step_s")
 

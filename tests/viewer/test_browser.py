@@ -58,6 +58,11 @@ def test_run_page_step_table_and_episode_tokens(browser, viewer, tiny_run, tmp_p
     assert len(dots) == STEPS  # one point per training step
     assert browser.find_elements(By.CSS_SELECTOR, '[data-curve="rollout/truncated_rate"] circle')
     assert len(browser.find_elements(By.CSS_SELECTOR, "#steps a")) == STEPS
+    # axes: a reward is drawn on 0..1 with its ticks (a 0.81-0.98 band no longer fills the chart), steps below
+    ticks = [t.text for t in browser.find_elements(By.CSS_SELECTOR, '[data-curve="reward/mean"] text.ytick')]
+    assert ticks == ["0.00", "0.50", "1.00"], ticks
+    steps_shown = [t.text for t in browser.find_elements(By.CSS_SELECTOR, '[data-curve="reward/mean"] text.xtick')]
+    assert steps_shown == ["step 1", f"step {STEPS}"], steps_shown
 
     # click step 5's point: its episode table
     browser.execute_script("arguments[0].dispatchEvent(new MouseEvent('click', {bubbles: true}))",

@@ -309,9 +309,8 @@ class DebugTrainer:
 
     # -- the loop ----------------------------------------------------------------------------------
     def fit(self) -> None:
-        from tqdm import tqdm
+        from astuner.records.progress import Progress
 
-        tc = self.cfg.trainer_common
         previous = signal.getsignal(signal.SIGINT)
         signal.signal(signal.SIGINT, self._on_sigint)
         try:
@@ -323,31 +322,41 @@ class DebugTrainer:
                 return
             if self.checkpoint is None:  # a new run (a resumed one starts after its checkpoint, global_step_0 too)
                 self._step_zero()
-            bar = tqdm(total=self.total_steps, initial=self.start_step, desc="training", unit="step",
-                       dynamic_ncols=True, disable=None)
-            last_saved = self.start_step
-            for step in range(self.start_step + 1, self.total_steps + 1):
-                metrics = self.train_step(step)
-                if tc.test_freq > 0 and step % tc.test_freq == 0 and self.val_tasks:
-                    metrics.update(self.validate(step))
-                self.writer.write(step, metrics)
-                bar.update(1)
-                bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}")
-                logger.info(self._line(step, metrics))
-                if (tc.save_freq > 0 and step % tc.save_freq == 0) or step == self.total_steps:
-                    self.save(step)
-                    last_saved = step
-                if self.stop_requested:
-                    if last_saved != step:
-                        self.save(step)
-                    logger.warning(f"stopped after step {step} (Ctrl-C); continue with --resume")
-                    raise KeyboardInterrupt
-            bar.close()
+            bar = Progress(self.total_steps, "RL", initial=self.start_step, every_s=float("inf"))  # lines: _line
+            try:
+                self._steps(bar)
+            finally:
+                bar.close()
         finally:
             try:
                 self._finish()  # under the trainer's handler: a second Ctrl-C here still stops at once
             finally:
                 signal.signal(signal.SIGINT, previous)
+
+    def _steps(self, bar: Any) -> None:
+        """The RL steps from the one after start_step: rollouts, update, validation, metrics, checkpoints."""
+        from astuner.records.progress import duration
+
+        tc = self.cfg.trainer_common
+        last_saved = self.start_step
+        for step in range(self.start_step + 1, self.total_steps + 1):
+            metrics = self.train_step(step)
+            if tc.test_freq > 0 and step % tc.test_freq == 0 and self.val_tasks:
+                metrics.update(self.validate(step))
+            self.writer.write(step, metrics)
+            bar.update(1, reward=f"{metrics['reward/mean']:.3f}", success=f"{metrics['reward/success_rate']:.2f}",
+                       madness=f"{metrics.get('rollout/madness_rate', 0.0):.2f}")
+            eta = bar.eta()
+            logger.info(self._line(step, metrics) + (f" | eta {duration(eta)}" if eta and eta >= 1 and step < self.total_steps
+                                                     else ""))
+            if (tc.save_freq > 0 and step % tc.save_freq == 0) or step == self.total_steps:
+                self.save(step)
+                last_saved = step
+            if self.stop_requested:
+                if last_saved != step:
+                    self.save(step)
+                logger.warning(f"stopped after step {step} (Ctrl-C); continue with --resume")
+                raise KeyboardInterrupt
 
     def _step_zero(self) -> None:
         """Before the first step of a new run: the warm start (if any), the validation after it (or before training),
@@ -357,7 +366,7 @@ class DebugTrainer:
         tc = self.cfg.trainer_common
         warm = self._warm_start() if tc.sft.steps > 0 else {}
         if (tc.val_before_train or warm) and self.val_tasks:
-            warm.update(self.validate(0))
+            warm.update(self.validate(0, "after the warm start" if warm else "before training"))
         if warm:
             self.writer.write(0, warm)
         if tc.sft.steps > 0:
@@ -372,7 +381,10 @@ class DebugTrainer:
         cfg, s = self.cfg, self.cfg.trainer_common.sft
         out: dict[str, float] = {}
         if self.val_tasks:
-            out["sft/val_reward_before"] = self.validate(0)["val/reward_mean"]
+            out["sft/val_reward_before"] = self.validate(0, "before the warm start")["val/reward_mean"]
+        logger.info(f"SFT warm start: the expert ({self.ctx.config.astuner.trainer_common.sft.expert}) plays "
+                    f"{s.demonstrations_per_task} episode(s) of each of the {len(self.train_tasks)} training tasks "
+                    f"through the workflow, then {s.steps} SFT steps")
         t0 = time.perf_counter()
         demos = self._await(sft.play(
             lambda engine: RolloutManager(cfg, self.ctx.plugins.workflow, self.judge, engine, self.tokenizer),
@@ -465,7 +477,7 @@ class DebugTrainer:
         self._trajectories(step, batch)
         return metrics
 
-    def validate(self, step: int) -> dict[str, float]:
+    def validate(self, step: int, label: Optional[str] = None) -> dict[str, float]:
         batch = self._await(self.manager.run(self.val_tasks, "val", tag=f"{self.ctx.config.experiment_name}:val:{step}"))
         groups = batch.groups()
         out = {"val/reward_mean": batch.metrics["reward/mean"], "val/success_rate": batch.metrics["reward/success_rate"],
@@ -473,7 +485,7 @@ class DebugTrainer:
         k = self.cfg.rollout.val_kwargs.num_repeat
         if k > 1:
             out[f"val/pass@{k}"] = sum(any(e.is_success for e in g) for g in groups.values()) / max(len(groups), 1)
-        logger.info(f"validation at step {step}: reward {out['val/reward_mean']:.3f}, "
+        logger.info(f"validation {label or f'at step {step}'}: reward {out['val/reward_mean']:.3f}, "
                     f"success {out['val/success_rate']:.3f} over {len(self.val_tasks)} tasks")
         return out
 

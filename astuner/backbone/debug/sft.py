@@ -59,37 +59,53 @@ async def play(manager_for: Callable[[Any], Any], expert: Callable[[str], Any], 
 def train(model: Any, samples: Sequence[Sample], steps: int, lr: float, batch_size: int, seed: int, pad_id: int,
           token_budget: int, dtype: str, grad_clip: float | None = 1.0) -> list[float]:
     """`steps` AdamW steps of token-mean cross-entropy over the samples' trained tokens (mask 1), on random
-    mini-batches of `batch_size` samples (micro-batched by `token_budget`); the loss of each step."""
+    mini-batches of `batch_size` samples (micro-batched by `token_budget`); the loss of each step. Progress: a
+    bar on a terminal, else a line every 30 s (step, loss, ETA)."""
     import torch
 
-    from astuner.backbone.debug.batching import collate, response_logprobs, split_by_budget
+    from astuner.records.progress import Progress
 
     if not samples:
         return []
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed)  # a CPU generator: the same batches on every device
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
-    losses = []
+    losses: list[float] = []
     model.train()
-    for _ in range(steps):
-        chosen = [samples[int(i)] for i in torch.randperm(len(samples), generator=generator)[:batch_size]]
-        tokens = sum(sum(s.loss_mask) for s in chosen)
-        optimizer.zero_grad(set_to_none=True)
-        total = 0.0
-        for group in split_by_budget(chosen, token_budget):
-            batch = collate(group, pad_id, device)
-            logp, _ = response_logprobs(model, batch, 1.0, dtype=dtype)
-            loss = -(logp * batch.response_mask).sum() / max(1, tokens)
-            loss.backward()
-            total += loss.item()
-        if not math.isfinite(total):  # before the step: the weights stay as they were
-            from astuner.errors import RunFailed
-
-            raise RunFailed(f"SFT warm start: the loss is {total} at step {len(losses) + 1}; lower "
-                            f"astuner.trainer_common.sft.lr")
-        if grad_clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-        optimizer.step()
-        losses.append(total)
-    model.eval()
+    bar = Progress(steps, "SFT warm start")
+    try:
+        for _ in range(steps):
+            chosen = [samples[int(i)] for i in torch.randperm(len(samples), generator=generator)[:batch_size]]
+            losses.append(_sft_step(model, chosen, optimizer, token_budget, pad_id, device, dtype, grad_clip,
+                                    len(losses) + 1))
+            bar.update(1, loss=f"{losses[-1]:.3f}")
+    finally:
+        bar.close()
+        model.eval()
     return losses
+
+
+def _sft_step(model: Any, chosen: Sequence[Sample], optimizer: Any, token_budget: int, pad_id: int, device: Any,
+              dtype: str, grad_clip: float | None, number: int) -> float:
+    """One AdamW step on `chosen`; its loss (a non-finite one: RunFailed, before the weights move)."""
+    import torch
+
+    from astuner.backbone.debug.batching import collate, response_logprobs, split_by_budget
+
+    tokens = sum(sum(s.loss_mask) for s in chosen)
+    optimizer.zero_grad(set_to_none=True)
+    total = 0.0
+    for group in split_by_budget(chosen, token_budget):
+        batch = collate(group, pad_id, device)
+        logp, _ = response_logprobs(model, batch, 1.0, dtype=dtype)
+        loss = -(logp * batch.response_mask).sum() / max(1, tokens)
+        loss.backward()
+        total += loss.item()
+    if not math.isfinite(total):  # before the step: the weights stay as they were
+        from astuner.errors import RunFailed
+
+        raise RunFailed(f"SFT warm start: the loss is {total} at step {number}; lower astuner.trainer_common.sft.lr")
+    if grad_clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    return total

@@ -63,20 +63,34 @@ function crumbs(parts) {
 }
 
 // ---------- run page ----------
+// a rate, a success or a reward that stays in [0, 1] is drawn on 0..1, so 0.81-0.98 does not fill the chart
+const UNIT_SCALE = /reward|success|_rate|pass@/;
+
 function curve(name, rows, trajectorySteps) {
   const points = rows.filter((r) => typeof r[name] === "number").map((r) => [r.step, r[name]]);
   const box = el("div", { class: "curve", "data-curve": name }, el("h3", { text: name }));
   if (!points.length) return box;
-  const W = 320, H = 130, P = 24;
+  const W = 320, H = 130, L = 40, R = 8, T = 8, B = 18;
   const xs = points.map((p) => p[0]), ys = points.map((p) => p[1]);
-  const x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(...ys), y1 = Math.max(...ys);
-  const sx = (x) => P + (x1 > x0 ? (x - x0) / (x1 - x0) : 0.5) * (W - 2 * P);
-  const sy = (y) => H - P + 4 - (y1 > y0 ? (y - y0) / (y1 - y0) : 0.5) * (H - 2 * P);
-  const chart = svg("svg", { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none" });
+  const x0 = Math.min(...xs), x1 = Math.max(...xs);
+  let y0 = Math.min(...ys), y1 = Math.max(...ys);
+  if (UNIT_SCALE.test(name) && y0 >= 0 && y1 <= 1) { y0 = 0; y1 = 1; }
+  else if (y1 === y0) { y0 -= 0.5; y1 += 0.5; }
+  const sx = (x) => L + (x1 > x0 ? (x - x0) / (x1 - x0) : 0.5) * (W - L - R);
+  const sy = (y) => H - B - (y - y0) / (y1 - y0) * (H - B - T);
+  const chart = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart" });
+  const label = (x, y, text, anchor, cls) => {
+    const t = svg("text", { x, y, "font-size": 9, fill: "#6a737d", "text-anchor": anchor, class: cls });
+    t.textContent = text;
+    chart.append(t);
+  };
+  for (const v of [y0, (y0 + y1) / 2, y1]) {  // the y axis: three ticks with grid lines
+    chart.append(svg("line", { x1: L, x2: W - R, y1: sy(v), y2: sy(v), class: "grid" }));
+    label(L - 4, sy(v) + 3, v.toFixed(Math.abs(y1 - y0) < 0.1 ? 4 : 2), "end", "ytick");
+  }
+  label(L, H - 4, `step ${x0}`, "start", "xtick");
+  if (x1 > x0) label(W - R, H - 4, `step ${x1}`, "end", "xtick");
   chart.append(svg("polyline", { points: points.map((p) => `${sx(p[0])},${sy(p[1])}`).join(" ") }));
-  const axis = svg("text", { x: 2, y: 12, "font-size": 10, fill: "#6a737d" });
-  axis.textContent = `${fmt(y1)} (max) · ${fmt(y0)} (min) · steps ${x0}–${x1}`;
-  chart.append(axis);
   for (const [x, y] of points) {
     const has = trajectorySteps.has(x);
     const dot = svg("circle", { cx: sx(x), cy: sy(y), r: has ? 3 : 2, class: has ? "traj" : "plain", "data-step": x });

@@ -1,0 +1,75 @@
+"""The console during a run, as a terminal shows it (the run under a pseudo-terminal of 120 columns, its output
+replayed row by row): progress bars and log lines never share a row, no bar is left behind, every step line ends
+with an ETA while steps remain; with stderr not a terminal, plain lines and no bar."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+from tests.conftest import REPO_ROOT
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+LOG_LINE = re.compile(r"^\d\d:\d\d:\d\d \| (INFO|WARNING|ERROR|DEBUG) +\| ")
+
+
+def run_in_terminal(argv: list[str], cwd) -> tuple[int, str]:
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    proc = subprocess.Popen([sys.executable, "-m", "astuner", *argv], cwd=cwd, stdin=slave, stdout=slave,
+                            stderr=slave, close_fds=True, env={**os.environ, "PYTHONWARNINGS": "default"})
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 1 << 16)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    return proc.wait(), out.decode("utf-8", errors="replace")
+
+
+def screen_rows(raw: str) -> list[str]:
+    """What each row of the terminal finally shows: colours dropped, each carriage return writing over the row
+    from its first column."""
+    rows = []
+    for line in ANSI.sub("", raw).replace("\r\n", "\n").split("\n"):
+        row = ""
+        for part in line.split("\r"):
+            row = part + row[len(part):]
+        rows.append(row.rstrip())
+    return rows
+
+
+def test_bars_and_log_lines_never_share_a_row(tmp_path):
+    code, raw = run_in_terminal(["--conf", "tutorial/example_tiny_cpu/tiny_cpu.yaml", "--exp-dir", str(tmp_path),
+                                 "astuner.trainer_common.total_training_steps=40"], REPO_ROOT)
+    assert code == 0, raw[-3000:]
+    assert "%|" in raw  # a bar was drawn on the terminal
+    rows = screen_rows(raw)
+    for row in rows:
+        assert "%|" not in row, row  # no bar left on a row, alone or beside a log line
+        if " | INFO " in row:
+            assert LOG_LINE.match(row), row  # a log line starts its own row (was: "…reward=0.000]1" + "0:46:50 | …")
+    steps = [row for row in rows if re.search(r"\| step \d+/40 \|", row)]
+    assert len(steps) == 40
+    assert all(" | eta " in row for row in steps[:-1]) or all(row.endswith("s") for row in steps)
+
+
+def test_without_a_terminal_there_is_no_bar(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "astuner", "--conf", "tutorial/example_tiny_cpu/tiny_cpu.yaml",
+                           "--exp-dir", str(tmp_path), "astuner.trainer_common.total_training_steps=3"],
+                          cwd=REPO_ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "%|" not in proc.stderr and "\r" not in proc.stderr and "\x1b[" not in proc.stderr
+    assert len([line for line in proc.stderr.splitlines() if re.search(r"\| step \d/3 \|", line)]) == 3
