@@ -186,7 +186,7 @@ PREFLIGHT_CASES: list[tuple[str, Optional[Callable[[str], str]], list[str], list
     ("hf-local-missing-absolute", hf_local("/opt/data/x"), [],
      ["dataset_path: '/opt/data/x' is no file or folder (tried /opt/data/x)"]),
     ("hf-local-no-data-files", hf_local("hf_nodata"), [], ["hf_nodata holds no data files"]),
-    ("hf-local-missing-split", hf_local("hf_splits", "training"), [], ["has no split 'training'"]),
+    ("hf-local-missing-split", hf_local("hf_splits", "trian"), [], ["has no split 'trian'"]),  # ('training' finds train.jsonl)
     ("model-absolute-path-missing", model("/opt/models/none"), [], ["no model folder '/opt/models/none'"]),
     ("model-folder-without-config", model("models/no_config"), [], ["no_config is not a model folder (no config.json)"]),
     ("model-config-without-type", model("models/no_type"), [], ["names no model_type"]),
