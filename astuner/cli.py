@@ -16,6 +16,7 @@ examples:
   astuner --conf tutorial/example_math_agent/math_agent.yaml --dry-run
   astuner view launcher_record/math_agent          # browse a run's curves, episodes and tokens
   astuner merge-lora launcher_record/my_run/checkpoints/global_step_100 --out my_model   # LoRA: base + adapter
+  astuner chat launcher_record/my_run/checkpoints/global_step_100   # talk to the trained model
   astuner --conf my_agent.yaml --backbone=debug astuner.data.train_batch_size=8
   astuner --conf my_agent.yaml --backbone=trinity --with-ray
   astuner --conf my_agent.yaml 'astuner.rollout.agentscope_workflow=my_pkg.agent->MyWorkflow'
@@ -179,6 +180,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _view(argv[1:])
     if argv[:1] == ["merge-lora"]:
         return _merge_lora(argv[1:])
+    if argv[:1] == ["chat"]:
+        from astuner.chat import main as chat
+
+        return chat(argv[1:])
     parser = build_parser()
     try:
         args = parser.parse_intermixed_args(argv)

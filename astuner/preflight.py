@@ -174,7 +174,7 @@ def preflight(run_config: Any, exp_dir: Path, offline: bool, backbone: Any = Non
     if cfg.policies:
         notes.append(policies_note(cfg, backbone.name))
     unread = unread_by(cfg, backbone.name)
-    if unread:  # the declaration says which backbones read each key (README, config reference)
+    if unread:  # the declaration says which backbones read each key (docs/configuration.md)
         notes.append(f"set but not read by the {backbone.name} backbone (no effect there): {', '.join(unread)}")
     plan = backbone.plan(run_config)
     return notes + ([plan] if plan else [])

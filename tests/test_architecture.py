@@ -26,7 +26,7 @@ FLOORS = [
     {"backbone.debug", "backbone.verl"},
     {"backbone.trinity"},  # Trinity trains through its bundled verl: it reuses verl's CPU platform
     {"preflight"},
-    {"run"},
+    {"run", "chat"},
     {"compat"},
     {"api"},
     {"tuner", "cli"},

@@ -2,7 +2,7 @@
 
 The declaration holds the key's type (the field's annotation), default, help text, allowed values, bounds, the
 rule it must follow, and the backbones that read it. From it come the default YAML and its comments, the
-README's reference table (`reference.py`), the validator's single-key checks (`validate.py`) and the notes
+reference table in docs/configuration.md (`reference.py`), the validator's single-key checks (`validate.py`) and the notes
 about keys a backbone does not read.
 """
 

@@ -1,8 +1,8 @@
 """Files generated from the declaration of the config keys (`schema.py`): the default YAML with its comments, and
-the README's reference table. A test fails when either is stale.
+the reference table in docs/configuration.md. A test fails when either is stale.
 
     python -m astuner.config.reference                   # print the reference table
-    python -m astuner.config.reference --write README.md  # rewrite the default YAML and the README's table
+    python -m astuner.config.reference --write docs/configuration.md  # rewrite the default YAML and the table in docs/configuration.md
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def _yaml_lines(cls: type, depth: int) -> list[str]:
 def default_yaml() -> str:
     """The default YAML: every key of the `astuner:` tree with its default, its help as the comment above it."""
     head = _comment((AstunerConfig.__doc__ or "").strip(), "") + [
-        "# Generated from astuner/config/schema.py (python -m astuner.config.reference --write README.md); edit",
+        "# Generated from astuner/config/schema.py (python -m astuner.config.reference --write docs/configuration.md); edit",
         "# the declarations there, not this file.", "astuner:"]
     return "\n".join(head + _yaml_lines(AstunerConfig, 1)) + "\n"
 

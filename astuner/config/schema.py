@@ -1,5 +1,5 @@
 """Every key of the `astuner:` config tree, declared once: type, default, help, allowed values, bounds, and the
-backbones that read it (`keys.key`). The default YAML (`default_config/astuner_default.yaml`) and the README's
+backbones that read it (`keys.key`). The default YAML (`default_config/astuner_default.yaml`) and docs/configuration.md's
 reference table are generated from here (`python -m astuner.config.reference --write`; a test fails when either
 is stale), the validator takes its single-key checks from here, and code that builds a config without YAML
 gets the same values. Adding a key: declare it here, use it, test it.
@@ -113,7 +113,7 @@ class EnvServiceConfig:
     """Ask an environment service over HTTP (type: env_service)."""
 
     env_url: Optional[str] = key(
-        None, "Base URL of the environment service, e.g. http://127.0.0.1:8080 (protocol: README, \"Environment "
+        None, "Base URL of the environment service, e.g. http://127.0.0.1:8080 (protocol: docs/data.md, \"Environment "
         "services\").", rule=lambda url: url.startswith(("http://", "https://")),
         must="an http:// or https:// URL", message="{path} {value!r} must start with http:// or https://")
     env_type: Optional[str] = key(None, "Environment type the service should instantiate.")

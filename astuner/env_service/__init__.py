@@ -1,4 +1,4 @@
-"""Client of the environment-service HTTP protocol (see README, "Environment services")."""
+"""Client of the environment-service HTTP protocol (docs/data.md, "Environment services")."""
 
 from astuner.env_service.client import EnvServiceClient
 from astuner.env_service.handle import EnvHandle

@@ -38,7 +38,7 @@ def _set(tree, dotted, value):
 
 def test_default_yaml_is_generated_from_the_declaration():
     assert DEFAULT_YAML.read_text() == default_yaml(), \
-        "stale: regenerate with python -m astuner.config.reference --write README.md"
+        "stale: regenerate with python -m astuner.config.reference --write docs/configuration.md"
     assert yaml.safe_load(default_yaml())["astuner"] == dataclasses.asdict(AstunerConfig())
 
 

@@ -40,7 +40,7 @@ def prepare(ctx: Any) -> Path:
 def check_available() -> None:
     if importlib.util.find_spec("trinity") is None:
         raise BackboneUnavailable("backbone trinity needs Trinity-RFT: pip install 'astuner[trinity]' in an environment "
-                                  "of its own (see README, 'Distributed backbones')")
+                                  "of its own (see docs/distributed.md)")
 
 
 def run(ctx: Any) -> None:

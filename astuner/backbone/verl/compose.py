@@ -19,7 +19,7 @@ def verl_config_dir() -> Path:
     spec = importlib.util.find_spec("verl")
     if spec is None or spec.origin is None:
         raise BackboneUnavailable("backbone verl needs verl: pip install 'astuner[verl]' in an environment of its own "
-                                  "(see README, 'Distributed backbones')")
+                                  "(see docs/distributed.md)")
     return Path(spec.origin).parent / "trainer" / "config"
 
 

@@ -60,7 +60,7 @@ REPLACED_BY = {
               "buffer.explorer_input.taskset.rollout_args.top_p",
               "buffer.explorer_input.taskset.rollout_args.max_tokens"),
 }
-# Trinity key -> the astuner key it becomes (the README's table; conversions in trinity_translator.py)
+# Trinity key -> the astuner key it becomes (the table in docs/tune.md; conversions in trinity_translator.py)
 KEYS = {
     "project": "project_name", "name": "experiment_name",
     "cluster.node_num": "trainer_common.nnodes", "cluster.gpu_per_node": "trainer_common.n_gpus_per_node",
@@ -239,5 +239,5 @@ def source_hint(message: str) -> str:
         if "astuner." + astuner_key in found:
             found["astuner." + astuner_key] = [" × ".join(parts)]
     if not found:
-        return "see the README's table of Trinity-RFT keys"
+        return "see the table of Trinity-RFT keys in docs/tune.md"
     return "; ".join(f"{key} comes from {' or '.join(keys)}" for key, keys in found.items())

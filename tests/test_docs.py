@@ -1,0 +1,167 @@
+"""The README and the manual in docs/: the site builds with `mkdocs build --strict`, every relative link (and its
+#anchor) resolves, every YAML block parses and every Python block compiles, the config reference is current, and
+what the docs mark as runnable runs — the README's smallest complete example trains a step as written, each
+`astuner --conf` command they show passes its dry run, and `<!-- docs: run -->` Python blocks run on a trained
+checkpoint at the path they name."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from astuner.config.reference import END, START, render
+from tests.conftest import REPO_ROOT, run_cli
+
+PAGES = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+FENCE = re.compile(r"^(<!-- docs: (?P<mark>[^>]*?) -->\n)?```(?P<lang>[\w-]*)[^\n]*\n(?P<body>.*?)^```", re.S | re.M)
+LINK = re.compile(r"(?<!\!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def blocks(page: Path) -> list[tuple[str, str, str]]:
+    """(language, marker, body) of each fenced block of `page`."""
+    return [(m.group("lang"), (m.group("mark") or "").strip(), m.group("body")) for m in FENCE.finditer(page.read_text())]
+
+
+def slug(heading: str) -> str:
+    """An anchor as mkdocs (Python-Markdown's toc) makes it from a heading."""
+    text = re.sub(r"[`*_]", "", heading).strip().lower()
+    text = re.sub(r"[^\w\s-]", "", text)
+    return re.sub(r"[-\s]+", "-", text).strip("-")
+
+
+def anchors(page: Path) -> set[str]:
+    text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.S | re.M)
+    return {slug(m.group(1)) for m in re.finditer(r"^#+ (.+)$", text, re.M)}
+
+
+def test_the_config_reference_is_current():
+    text = (REPO_ROOT / "docs" / "configuration.md").read_text()
+    start = text.index(START) + len(START)
+    assert text[start:text.index(END)] == render(), \
+        "regenerate with: python -m astuner.config.reference --write docs/configuration.md"
+
+
+def test_the_readme_is_a_front_page():
+    assert len((REPO_ROOT / "README.md").read_text().splitlines()) <= 250
+
+
+def test_the_site_builds_strict(tmp_path):
+    pytest.importorskip("mkdocs")
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
+                          cwd=REPO_ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "site" / "using-the-trained-model" / "index.html").is_file()
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+def test_every_relative_link_resolves(page):
+    text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.S | re.M)
+    for match in LINK.finditer(text):
+        target = match.group(1) or match.group(2)
+        if re.match(r"^[a-z]+:", target):  # http(s), mailto
+            continue
+        path, _, anchor = target.partition("#")
+        resolved = (page.parent / path).resolve() if path else page
+        assert resolved.exists(), f"{page.name}: {target} -> {resolved} does not exist"
+        if anchor and resolved.suffix == ".md":
+            assert anchor in anchors(resolved), f"{page.name}: {target}: no heading #{anchor} in {resolved.name}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+def test_every_yaml_block_parses_and_every_python_block_compiles(page):
+    for lang, _, body in blocks(page):
+        if lang == "yaml":
+            yaml.safe_load(body)
+        elif lang == "python":
+            compile(body, f"{page.name} block", "exec")
+
+
+def _readme_example(root: Path) -> None:
+    """The README's `<!-- docs: file NAME -->` blocks written into `root`, with the data they name."""
+    files = [(mark.split(" ", 1)[1], body) for _, mark, body in blocks(REPO_ROOT / "README.md")
+             if mark.startswith("file ")]
+    assert {name for name, _ in files} == {"my_agent.py", "my_agent.yaml"}
+    for name, body in files:
+        (root / name).write_text(body)
+    data = root / "tutorial" / "example_agent_cpu"
+    data.mkdir(parents=True)
+    for name in ("train.jsonl", "val.jsonl"):
+        shutil.copy(REPO_ROOT / "tutorial" / "example_agent_cpu" / name, data / name)
+
+
+def test_the_readme_example_trains_as_written(tmp_path, tiny_model_dir, monkeypatch, capsys):
+    _readme_example(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(["--conf", "my_agent.yaml", "--dry-run"], capsys)
+    assert code == 0, err  # the hub model is not fetched offline: said, not failed
+    assert "model 'Qwen/Qwen2.5-0.5B-Instruct' is a hub id: not checked offline" in err
+    code, _, err = run_cli(["--conf", "my_agent.yaml", f"astuner.model.path={tiny_model_dir}",
+                            "astuner.trainer_common.total_training_steps=1", "astuner.data.train_batch_size=2",
+                            "astuner.rollout.num_repeat=2", "astuner.trainer_common.test_freq=-1"], capsys)
+    assert code == 0, err[-3000:]
+    assert (tmp_path / "launcher_record" / "my_agent" / "checkpoints" / "global_step_1" / "COMPLETE").exists()
+
+
+def _astuner_commands(page: Path) -> list[list[str]]:
+    out = []
+    for lang, _, body in blocks(page):
+        if lang not in ("bash", "sh", "shell"):
+            continue
+        for line in body.replace("\\\n", " ").splitlines():
+            for part in line.split("&&"):
+                words = shlex.split(part, comments=True)
+                if words and words[0].endswith("astuner") and words[1:2] == ["--conf"]:
+                    out.append(words[1:])
+    return out
+
+
+COMMANDS = [(page, argv) for page in PAGES for argv in _astuner_commands(page)]
+
+
+@pytest.mark.parametrize("page, argv", COMMANDS, ids=[f"{p.name}:{' '.join(a)[:60]}" for p, a in COMMANDS])
+def test_each_astuner_command_shown_passes_its_dry_run(page, argv, tmp_path, monkeypatch, capsys):
+    argv = [a for a in argv if a != "--with-ray"]
+    if argv[1] == "my_agent.yaml":  # the README's example, written out
+        _readme_example(tmp_path)
+        monkeypatch.chdir(tmp_path)
+    else:
+        monkeypatch.chdir(REPO_ROOT)
+        assert (REPO_ROOT / argv[1]).is_file(), f"{page.name}: {argv[1]} does not exist"
+    code, _, err = run_cli([*argv, "--exp-dir", str(tmp_path / "runs"),
+                            *(["--dry-run"] if "--dry-run" not in argv else [])], capsys)
+    assert code == 0, f"{page.name}: astuner {' '.join(argv)}: {err[-2000:]}"
+
+
+def test_runnable_python_blocks_run_on_a_trained_checkpoint(tmp_path, tiny_model_dir):
+    runnable = [(page, body) for page in PAGES for lang, mark, body in blocks(page)
+                if lang == "python" and mark == "run"]
+    assert runnable
+    for page, body in runnable:
+        for folder in set(re.findall(r"\"(launcher_record/[^\"]+/model)\"", body)):
+            (tmp_path / folder).parent.mkdir(parents=True, exist_ok=True)
+            if not (tmp_path / folder).exists():
+                shutil.copytree(tiny_model_dir, tmp_path / folder)
+        proc = subprocess.run([sys.executable, "-c", body], cwd=tmp_path, capture_output=True, text=True,
+                              env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        assert proc.returncode == 0, f"{page.name}: {proc.stderr[-2000:]}"
+
+
+def test_astuner_chat_answers_from_a_checkpoint(tiny_model_dir, tmp_path, capsys):
+    step = tmp_path / "global_step_3"
+    shutil.copytree(tiny_model_dir, step / "model")
+    code, out, err = run_cli(["chat", str(step), "--prompt", "What does sensor S964 read?", "--max-new-tokens", "4"],
+                             capsys)
+    assert code == 0, err
+    code, out, err = run_cli(["chat", str(tmp_path / "nope")], capsys)
+    assert code == 2 and err.startswith("astuner: error:") and len(err.strip().splitlines()) == 1
+    (tmp_path / "empty").mkdir()
+    code, _, err = run_cli(["chat", str(tmp_path / "empty")], capsys)
+    assert code == 2 and "holds no model" in err
