@@ -336,3 +336,21 @@ def test_tune_arguments_name_declared_keys():
     model = model_keys(TunerModelConfig("m", 4096, max_tokens=1024, tensor_parallel_size=2))
     assert model["model"]["path"] == "m" and model["rollout"]["tensor_model_parallel_size"] == 2
     assert model["data"] == {"max_prompt_length": 3072, "max_response_length": 1024}
+
+
+def test_the_tune_tutorial_trains_a_step(tiny_model_dir, tmp_path, monkeypatch):
+    """tutorial/example_tune/sensor_tune.py: the main job's agent as functions, through tune() (split "val" finds
+    val.jsonl)."""
+    import importlib.util
+
+    from tests.conftest import REPO_ROOT
+
+    spec = importlib.util.spec_from_file_location("sensor_tune", REPO_ROOT / "tutorial" / "example_tune" / "sensor_tune.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.chdir(tmp_path)
+    root = module.main(["--model", str(tiny_model_dir), "--steps", "1", "--name", "t"])
+    assert root == tmp_path / "checkpoints" / "AgentScope" / "t"
+    assert (root / "global_step_1" / "COMPLETE").exists()
+    saved = yaml.safe_load((root / "config.yaml").read_text())["astuner"]
+    assert saved["task_reader"]["huggingface_dat_repo"]["validation_split"] == "val"
