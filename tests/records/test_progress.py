@@ -73,3 +73,25 @@ def test_without_a_terminal_there_is_no_bar(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "%|" not in proc.stderr and "\r" not in proc.stderr and "\x1b[" not in proc.stderr
     assert len([line for line in proc.stderr.splitlines() if re.search(r"\| step \d/3 \|", line)]) == 3
+
+
+def test_without_a_terminal_a_long_phase_logs_its_progress_with_an_eta(monkeypatch):
+    """The SFT warm start printed nothing for minutes (412 s under load) where stderr is no terminal: now a line
+    every `every_s` seconds with the count, the loss and the ETA."""
+    from loguru import logger
+
+    from astuner.records.progress import Progress
+
+    lines: list[str] = []
+    handle = logger.add(lambda m: lines.append(str(m)), format="{message}")
+    clock = iter(range(0, 1000, 10))
+    monkeypatch.setattr("astuner.records.progress.time.monotonic", lambda: next(clock))
+    try:
+        bar = Progress(10, "SFT warm start", every_s=25)
+        for step in range(10):
+            bar.update(1, loss=f"{1 / (step + 1):.3f}")
+        bar.close()
+    finally:
+        logger.remove(handle)
+    assert lines and all(line.startswith("SFT warm start: ") and ", eta " in line for line in lines), lines
+    assert "SFT warm start: 3/10, loss 0.333, eta 1m33s" in lines[0]  # 40 s for 3 steps, 7 to go

@@ -272,3 +272,34 @@ def test_two_hundred_concurrent_requests_are_all_answered(server):
     for t in threads:
         t.join(60)
     assert answers == [200] * 200, [a for a in answers if a != 200][:5]
+
+
+def test_the_validation_before_the_warm_start_is_a_curve(tmp_path):
+    """Step 0's first validation (before the warm start) was in neither the viewer nor reward_curve.png."""
+    from astuner.records.metrics import plot_reward_curve
+    from astuner.viewer.data import RunData
+
+    rows = [{"step": 0, "sft/val_reward_before": 0.0, "val/reward_mean": 0.3},
+            {"step": 1, "reward/mean": 0.4}, {"step": 2, "reward/mean": 0.6, "val/reward_mean": 0.7}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = RunData(tmp_path).run()
+    assert "sft/val_reward_before" in run["curves"]
+    assert run["metrics"][0]["sft/val_reward_before"] == 0.0
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    drawn: list = []
+    original = pyplot.Axes.plot
+
+    def plot(self, *args, **kwargs):
+        drawn.append(kwargs.get("label"))
+        return original(self, *args, **kwargs)
+
+    pyplot.Axes.plot = plot
+    try:
+        assert plot_reward_curve(rows, tmp_path / "curve.png", "t") == tmp_path / "curve.png"
+    finally:
+        pyplot.Axes.plot = original
+    assert "val before the warm start" in drawn and (tmp_path / "curve.png").stat().st_size > 1000

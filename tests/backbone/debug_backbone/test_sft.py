@@ -12,6 +12,8 @@ import pytest
 from tests.conftest import REPO_ROOT, run_cli
 
 CONF = REPO_ROOT / "tutorial" / "example_agent_cpu" / "sensor_agent.yaml"
+# the expert that copies every reading right (the main job's is right 60% of the time)
+CAREFUL = "astuner.trainer_common.sft.expert=tutorial/example_agent_cpu/sensor_agent.py->careful_expert"
 
 
 def _load_demo(tmp_path, overrides=()):
@@ -33,7 +35,7 @@ def test_expert_episodes_are_the_agents_own_tokens(tmp_path, monkeypatch):
     from astuner.backbone.debug import sft
 
     monkeypatch.chdir(REPO_ROOT)
-    run, plugins = _load_demo(tmp_path)
+    run, plugins = _load_demo(tmp_path, [CAREFUL])
     path = resolve_model_path(run.astuner, run.extra_roots)  # the tiny model, created here
     tokenizer = AutoTokenizer.from_pretrained(path)
     tasks = build_task_reader(run.astuner, run.extra_roots).train_tasks()[:6]
@@ -62,7 +64,7 @@ def test_episodes_below_min_reward_are_left_out(tmp_path, monkeypatch):
     from astuner.backbone.debug import sft
 
     monkeypatch.chdir(REPO_ROOT)
-    run, plugins = _load_demo(tmp_path)
+    run, plugins = _load_demo(tmp_path, [CAREFUL])
     tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(run.astuner, run.extra_roots))
     tasks = build_task_reader(run.astuner, run.extra_roots).train_tasks()[:4]
 
@@ -91,11 +93,16 @@ def test_the_demo_warm_starts_then_trains(tmp_path, monkeypatch, capsys):
             "astuner.data.train_batch_size=4", "astuner.rollout.num_repeat=4"]
     code, _, err = run_cli(argv, capsys)
     assert code == 0, err
+    # the two validations of step 0 are told apart (they were both "validation at step 0")
+    assert "validation before the warm start: reward" in err and "validation after the warm start: reward" in err
+    assert "SFT warm start: the expert" in err  # said before the expert plays (it printed nothing for minutes)
     root = tmp_path / "sensor_agent"
     rows = {r["step"]: r for r in map(json.loads, (root / "metrics.jsonl").read_text().splitlines())}
     assert set(rows) == {0, 1, 2}
     warm = rows[0]
-    assert warm["sft/demonstrations"] == 200 and warm["sft/kept_episodes"] == 200 and warm["sft/expert_reward"] == 1.0
+    # the main job's expert copies half of the readings right, and every demonstration is kept (min_reward 0)
+    assert warm["sft/demonstrations"] == 200 and warm["sft/kept_episodes"] == 200
+    assert warm["sft/expert_reward"] == pytest.approx(0.5, abs=0.05)
     assert warm["sft/steps"] == 40 and warm["sft/loss_last"] < warm["sft/loss_first"] / 4
     assert "sft/val_reward_before" in warm and "val/reward_mean" in warm
     assert (root / "checkpoints" / "global_step_0" / "COMPLETE").exists()
