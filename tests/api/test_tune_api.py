@@ -354,3 +354,22 @@ def test_the_tune_tutorial_trains_a_step(tiny_model_dir, tmp_path, monkeypatch):
     assert (root / "global_step_1" / "COMPLETE").exists()
     saved = yaml.safe_load((root / "config.yaml").read_text())["astuner"]
     assert saved["task_reader"]["huggingface_dat_repo"]["validation_split"] == "val"
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_the_libraries_noise_is_off_unless_asked_for(tiny_model_dir, tmp_path, verbose):
+    """A tune() printed "Repo card metadata block was not found" four times and a "Writing model shards" bar at
+    every checkpoint; now only with ASTUNER_VERBOSE=1 (the CLI: --verbose)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
+    env = {**os.environ, "ASTUNER_VERBOSE": "1" if verbose else ""}
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "tutorial" / "example_tune" / "sensor_tune.py"),
+                           "--model", str(tiny_model_dir), "--steps", "1"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    noise = ("Repo card metadata block was not found", "Writing model shards", "Loading weights")
+    assert all((line in proc.stderr) == verbose for line in noise), proc.stderr[-3000:]
