@@ -6,7 +6,6 @@ CLI runs these for `--dry-run` too, so a dry run catches what the run would; a c
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
