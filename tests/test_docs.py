@@ -110,31 +110,54 @@ def test_the_readme_example_trains_as_written(tmp_path, tiny_model_dir, monkeypa
     assert (tmp_path / "launcher_record" / "my_agent" / "checkpoints" / "global_step_1" / "COMPLETE").exists()
 
 
-def _astuner_commands(page: Path) -> list[list[str]]:
+def _astuner_commands(page: Path) -> list[tuple[list[str], tuple[str, ...]]]:
+    """Each `astuner --conf` command of the page's shell blocks, with the scripts the block runs before it (e.g. the
+    warm start that creates the model the command's config names)."""
     out = []
     for lang, _, body in blocks(page):
         if lang not in ("bash", "sh", "shell"):
             continue
+        setup: list[str] = []
         for line in body.replace("\\\n", " ").splitlines():
             for part in line.split("&&"):
                 words = shlex.split(part, comments=True)
                 if words and words[0].endswith("astuner") and words[1:2] == ["--conf"]:
-                    out.append(words[1:])
+                    out.append((words[1:], tuple(setup)))
+                elif words and words[0].endswith("python") and words[1:2] != ["-m"] and words[1:2]:
+                    setup.append(words[1])
     return out
 
 
-COMMANDS = [(page, argv) for page in PAGES for argv in _astuner_commands(page)]
+COMMANDS = [(page, argv, setup) for page in PAGES for argv, setup in _astuner_commands(page)]
+_SETUP_DONE: dict[tuple[str, ...], Path] = {}
 
 
-@pytest.mark.parametrize("page, argv", COMMANDS, ids=[f"{p.name}:{' '.join(a)[:60]}" for p, a in COMMANDS])
-def test_each_astuner_command_shown_passes_its_dry_run(page, argv, tmp_path, monkeypatch, capsys):
+def _run_setup(scripts: tuple[str, ...], tmp_path_factory) -> Path:
+    """The scripts a block runs before its command, run once as written, in a folder of their own (what they write
+    lands there, as in a user's checkout)."""
+    if scripts not in _SETUP_DONE:
+        folder = tmp_path_factory.mktemp("docs_setup")
+        for script in scripts:
+            assert (REPO_ROOT / script).is_file(), f"{script} does not exist"
+            proc = subprocess.run([sys.executable, str(REPO_ROOT / script)], cwd=folder, capture_output=True,
+                                  text=True, timeout=900)
+            assert proc.returncode == 0, f"{script}: {proc.stderr[-2000:]}"
+        _SETUP_DONE[scripts] = folder
+    return _SETUP_DONE[scripts]
+
+
+@pytest.mark.parametrize("page, argv, setup", COMMANDS,
+                         ids=[f"{p.name}:{' '.join(a)[:60]}" for p, a, _ in COMMANDS])
+def test_each_astuner_command_shown_passes_its_dry_run(page, argv, setup, tmp_path, tmp_path_factory, monkeypatch,
+                                                       capsys):
     argv = [a for a in argv if a != "--with-ray"]
     if argv[1] == "my_agent.yaml":  # the README's example, written out
         _readme_example(tmp_path)
         monkeypatch.chdir(tmp_path)
     else:
-        monkeypatch.chdir(REPO_ROOT)
         assert (REPO_ROOT / argv[1]).is_file(), f"{page.name}: {argv[1]} does not exist"
+        monkeypatch.chdir(_run_setup(setup, tmp_path_factory) if setup else REPO_ROOT)
+        argv = [argv[0], str(REPO_ROOT / argv[1]), *argv[2:]]
     code, _, err = run_cli([*argv, "--exp-dir", str(tmp_path / "runs"),
                             *(["--dry-run"] if "--dry-run" not in argv else [])], capsys)
     assert code == 0, f"{page.name}: astuner {' '.join(argv)}: {err[-2000:]}"
