@@ -66,31 +66,50 @@ class Progress:
         self.bar.close()
 
 
+# what quiet_libraries set in this process (a later verbose call takes back only these)
+_QUIETED: dict[str, str] = {}
+_QUIET_ENV = (("HF_HUB_DISABLE_PROGRESS_BARS", "1"), ("TRANSFORMERS_VERBOSITY", "error"), ("HF_HUB_VERBOSITY", "error"),
+              ("DATASETS_VERBOSITY", "error"), ("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1"))
+
+
 def quiet_libraries(verbose: bool = False) -> None:
     """The libraries' own console noise off unless `verbose` (`--verbose`, or ASTUNER_VERBOSE=1 for tune()):
     transformers' and huggingface_hub's progress bars ("Loading weights", "Writing model shards" at every
     checkpoint), their and datasets' advisory warnings ("Repo card metadata block was not found"), and deprecation
-    warnings raised inside torch / transformers. Environment variables the user set are kept (setdefault), and
-    they reach Ray's worker processes too."""
+    warnings raised inside torch / transformers. Environment variables the user set are kept, and they reach Ray's
+    worker processes too; a verbose call after a quiet one in the same process (a notebook) takes back what the
+    quiet one set."""
     import os
     import warnings
 
-    if verbose or os.environ.get("ASTUNER_VERBOSE", "") not in ("", "0"):
-        return
-    for name, value in (("HF_HUB_DISABLE_PROGRESS_BARS", "1"), ("TRANSFORMERS_VERBOSITY", "error"),
-                        ("HF_HUB_VERBOSITY", "error"), ("DATASETS_VERBOSITY", "error"),
-                        ("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")):
-        os.environ.setdefault(name, value)
-    for module in ("torch", "transformers", "peft", "datasets", "huggingface_hub"):
-        warnings.filterwarnings("ignore", category=FutureWarning, module=module)
-        warnings.filterwarnings("ignore", category=DeprecationWarning, module=module)
+    verbose = verbose or os.environ.get("ASTUNER_VERBOSE", "") not in ("", "0")
+    if verbose:
+        for name, value in list(_QUIETED.items()):
+            if os.environ.get(name) == value:
+                del os.environ[name]
+            del _QUIETED[name]
+    else:
+        for name, value in _QUIET_ENV:
+            if name not in os.environ:
+                os.environ[name] = _QUIETED[name] = value
+        for module in ("torch", "transformers", "peft", "datasets", "huggingface_hub"):
+            warnings.filterwarnings("ignore", category=FutureWarning, module=module)
+            warnings.filterwarnings("ignore", category=DeprecationWarning, module=module)
     if "transformers" in sys.modules:  # imported before the run (a notebook): its settings were read already
         import transformers
 
-        transformers.utils.logging.disable_progress_bar()
-        transformers.utils.logging.set_verbosity_error()
+        if verbose:
+            transformers.utils.logging.enable_progress_bar()
+            transformers.utils.logging.set_verbosity_warning()
+        else:
+            transformers.utils.logging.disable_progress_bar()
+            transformers.utils.logging.set_verbosity_error()
     if "huggingface_hub" in sys.modules:
         import huggingface_hub
 
-        huggingface_hub.utils.disable_progress_bars()
-        huggingface_hub.utils.logging.set_verbosity_error()
+        if verbose:
+            huggingface_hub.utils.enable_progress_bars()
+            huggingface_hub.utils.logging.set_verbosity_warning()
+        else:
+            huggingface_hub.utils.disable_progress_bars()
+            huggingface_hub.utils.logging.set_verbosity_error()

@@ -95,3 +95,21 @@ def test_without_a_terminal_a_long_phase_logs_its_progress_with_an_eta(monkeypat
         logger.remove(handle)
     assert lines and all(line.startswith("SFT warm start: ") and ", eta " in line for line in lines), lines
     assert "SFT warm start: 3/10, loss 0.333, eta 1m33s" in lines[0]  # 40 s for 3 steps, 7 to go
+
+
+def test_a_verbose_call_takes_back_what_a_quiet_one_set(monkeypatch):
+    """tune() in a notebook, then tune() with ASTUNER_VERBOSE=1: the libraries speak again; what the user set
+    stays."""
+    import os
+
+    from astuner.records import progress
+
+    for name, _ in progress._QUIET_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TRANSFORMERS_VERBOSITY", "info")  # the user's own
+    monkeypatch.setattr(progress, "_QUIETED", {})
+    monkeypatch.delenv("ASTUNER_VERBOSE", raising=False)
+    progress.quiet_libraries()
+    assert os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "1" and os.environ["TRANSFORMERS_VERBOSITY"] == "info"
+    progress.quiet_libraries(verbose=True)
+    assert "HF_HUB_DISABLE_PROGRESS_BARS" not in os.environ and os.environ["TRANSFORMERS_VERBOSITY"] == "info"
