@@ -1,7 +1,8 @@
 """`astuner chat CHECKPOINT`: a quick look at a trained model in the terminal — a checkpoint's model (whole weights,
 or a LoRA adapter over the base it names), its chat template, transformers' `generate`. One prompt with
-`--prompt`, else a conversation read line by line from stdin (an empty line or end of input stops it). For
-serving, merge and serve with vLLM (docs/using-the-trained-model.md)."""
+`--prompt`, else a conversation read line by line from stdin (an empty line or end of input stops it; a line
+`tool: TEXT` is a tool's result). `--tools` renders the tools an agent offered, as training did. For serving,
+merge and serve with vLLM (docs/using-the-trained-model.md)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="global_step_N (its model/), a model folder, or a LoRA adapter folder")
     parser.add_argument("--prompt", help="answer this one message and exit (default: read messages from stdin)")
     parser.add_argument("--system", help="a system prompt")
+    parser.add_argument("--tools", metavar="FILE.json",
+                        help="the tools the agent offered, as a JSON list of OpenAI function schemas (AgentScope's "
+                             "Toolkit.get_json_schemas()); rendered by the chat template as in training. In a "
+                             "conversation, a line 'tool: TEXT' answers the model's tool call")
     parser.add_argument("--max-new-tokens", type=int, default=256, metavar="N")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy")
     return parser
@@ -64,17 +69,49 @@ def load(checkpoint: Path) -> tuple[Any, Any]:
     return model.to(device).eval(), tokenizer
 
 
+def load_tools(path: Path) -> list[dict[str, Any]]:
+    """The `--tools` file: a JSON list of function schemas, each `{"type": "function", "function": {"name": ...}}`
+    (or the bare `{"name": ...}`); DataError naming the file and what is wrong."""
+    import json
+
+    try:
+        tools = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise DataError(f"--tools {path}: cannot read it as JSON ({type(exc).__name__}: "
+                        f"{str(exc).splitlines()[0][:120]})") from None
+    if isinstance(tools, dict):
+        tools = [tools]
+    for i, tool in enumerate(tools if isinstance(tools, list) else [None]):
+        schema = tool.get("function", tool) if isinstance(tool, dict) else None
+        if not isinstance(schema, dict) or not isinstance(schema.get("name"), str):
+            raise DataError(f"--tools {path}: entry {i} is no function schema; give a list of "
+                            f'{{"type": "function", "function": {{"name": ..., "parameters": ...}}}}, as AgentScope\'s '
+                            f"Toolkit.get_json_schemas() returns")
+    return tools
+
+
 def reply(model: Any, tokenizer: Any, messages: list[dict[str, str]], max_new_tokens: int,
-          temperature: float) -> str:
+          temperature: float, tools: Optional[list[dict[str, Any]]] = None) -> str:
     import torch
 
-    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    ids = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, return_tensors="pt",
+                                        return_dict=True)
     ids = {k: v.to(model.device) for k, v in ids.items()}
     sampling = {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}
     with torch.no_grad():
         out = model.generate(**ids, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id
                              if tokenizer.pad_token_id is not None else tokenizer.eos_token_id, **sampling)
-    return tokenizer.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+    new = out[0, ids["input_ids"].shape[1]:].tolist()
+    # the turn's end (and padding) dropped; other special tokens kept: a tool call's <tool_call> markers are part of
+    # the reply, and the next turn's prompt must hold them as training's did
+    stops = {tokenizer.eos_token_id, tokenizer.pad_token_id, *_as_list(model.generation_config.eos_token_id)}
+    while new and new[-1] in stops:
+        new.pop()
+    return tokenizer.decode(new, skip_special_tokens=False)
+
+
+def _as_list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def main(argv: Sequence[str], stdin: Optional[Any] = None) -> int:
@@ -90,6 +127,7 @@ def main(argv: Sequence[str], stdin: Optional[Any] = None) -> int:
 
     quiet_libraries()
     try:
+        tools = load_tools(Path(args.tools)) if args.tools else None
         model, tokenizer = load(Path(args.checkpoint))
     except DataError as exc:
         print(f"astuner: error: {exc}", file=sys.stderr)
@@ -97,7 +135,7 @@ def main(argv: Sequence[str], stdin: Optional[Any] = None) -> int:
     messages = [{"role": "system", "content": args.system}] if args.system else []
     if args.prompt is not None:
         messages.append({"role": "user", "content": args.prompt})
-        print(reply(model, tokenizer, messages, args.max_new_tokens, args.temperature))
+        print(reply(model, tokenizer, messages, args.max_new_tokens, args.temperature, tools))
         return 0
     stdin = stdin or sys.stdin
     interactive = stdin.isatty()
@@ -107,7 +145,9 @@ def main(argv: Sequence[str], stdin: Optional[Any] = None) -> int:
         line = stdin.readline()
         if not line or not line.strip():
             return 0
-        messages.append({"role": "user", "content": line.rstrip("\n")})
-        answer = reply(model, tokenizer, messages, args.max_new_tokens, args.temperature)
+        text = line.rstrip("\n")
+        role, text = ("tool", text[5:].strip()) if text.startswith("tool:") else ("user", text)
+        messages.append({"role": role, "content": text})
+        answer = reply(model, tokenizer, messages, args.max_new_tokens, args.temperature, tools)
         messages.append({"role": "assistant", "content": answer})
         print(f"model> {answer}" if interactive else answer, flush=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USER, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -86,14 +86,27 @@ def _run(args: argparse.Namespace) -> int:
         sys.stdout.write(backbone.dry_run(run_config, run_root.absolute()))
         for note in notes:
             print(f"astuner: {note}", file=sys.stderr)
+        missing = _missing_backbone(backbone)
         judge = run_config.astuner.task_judge.judge_protocol or "none (the workflow returns rewards)"
         print(f"astuner: config OK (dry run, nothing started): backbone={args.backbone}, "
-              f"workflow={run_config.astuner.rollout.agentscope_workflow}, judge={judge}, run folder={run_root}",
-              file=sys.stderr)
+              f"workflow={run_config.astuner.rollout.agentscope_workflow}, judge={judge}, run folder={run_root}"
+              + (f"; but not runnable here: {missing}" if missing else ""), file=sys.stderr)
         return EXIT_OK
 
     execute(request)
     return EXIT_OK
+
+
+def _missing_backbone(backbone: Any) -> str:
+    """What the real run would be refused for in this environment (the backbone's package not installed), or ''.
+    A dry run still checks the config without it (the translation, everything astuner reads), and says so."""
+    from astuner.errors import BackboneUnavailable
+
+    try:
+        backbone.check_available()
+    except BackboneUnavailable as exc:
+        return str(exc)
+    return ""
 
 
 def build_view_parser() -> argparse.ArgumentParser:

@@ -137,7 +137,10 @@ CASES: list[tuple[str, Optional[Callable[[str], str]], list[str], list[str]]] = 
      ["astuner.task_judge.judge_protocol", "must be a BaseJudge subclass"]),
     ("override-bad-syntax", None, ["astuner.rollout.num_repeat=[1,"], ["command-line override", "is not valid"]),
     ("override-unknown-key", None, ["astuner.rollout.num_repeats=8"],
-     ["command-line override 'astuner.rollout.num_repeats=8'", "did you mean 'astuner.rollout.num_repeat'"]),
+     ["command-line override 'astuner.rollout.num_repeats=8'", "unknown key 'astuner.rollout.num_repeats'",
+      "did you mean 'astuner.rollout.num_repeat'"]),
+    ("override-unknown-key-nothing-near", None, ["astuner.rollout.qwertyuiop=8"],
+     ["unknown key 'astuner.rollout.qwertyuiop'", "--dry-run prints every key"]),
     ("override-added-unknown-key", None, ["+astuner.rollout.num_repeats=8"],
      ["command-line override '+astuner.rollout.num_repeats=8'", "did you mean 'astuner.rollout.num_repeat'"]),
     ("override-wrong-type", None, ["astuner.rollout.num_repeat=abc"],
@@ -243,6 +246,12 @@ def test_bad_run_input_exits_2_before_anything_is_written(seed, capsys, case_id,
     _assert_one_line_user_error(code, out, err, fragments)
     after = sorted(p.relative_to(seed.root) for p in seed.root.rglob("*") if "__pycache__" not in p.parts)
     assert after == before
+
+
+@pytest.mark.parametrize("override", ["astuner.rollout.num_repeats=8", "astuner.rollout.qwertyuiop=8"])
+def test_a_misspelt_override_is_not_told_to_append_a_key_astuner_would_refuse(seed, capsys, override):
+    code, _, err = run_cli(["--conf", YAML, override, "--dry-run"], capsys)
+    assert code == 2 and "+astuner" not in err and "To append" not in err, err
 
 
 def test_at_least_forty_cases():

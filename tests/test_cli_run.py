@@ -42,6 +42,21 @@ def test_dry_run_prints_merged_config_and_writes_nothing(seed, capsys):
     assert not (seed.root / "launcher_record").exists()
 
 
+@pytest.mark.parametrize("name, package", [("verl", "verl"), ("trinity", "trinity")])
+def test_a_dry_run_for_a_backbone_not_installed_here_says_the_run_would_be_refused(seed, capsys, name, package):
+    import importlib.util
+
+    if importlib.util.find_spec(package) is not None:
+        pytest.skip(f"{package} is installed in this environment")
+    code, _, err = run_cli(["--conf", YAML, "--dry-run", f"--backbone={name}"], capsys)
+    assert code == 0, err  # the config is still checked: what astuner reads, the translation
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("astuner: config OK") and f"but not runnable here: backbone {name} needs" in last, last
+    assert f"pip install 'astuner[{name}]'" in last
+    code, _, err = run_cli(["--conf", YAML, "--dry-run"], capsys)  # the debug backbone has what it needs
+    assert code == 0 and "not runnable here" not in err
+
+
 def test_run_creates_records(seed, capsys, fake):
     code, _, err = run_cli(["--conf", YAML, "--exp-dir", "runs"], capsys)
     assert code == 0, err

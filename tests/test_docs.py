@@ -103,11 +103,13 @@ def test_the_readme_example_trains_as_written(tmp_path, tiny_model_dir, monkeypa
     code, _, err = run_cli(["--conf", "my_agent.yaml", "--dry-run"], capsys)
     assert code == 0, err  # the hub model is not fetched offline: said, not failed
     assert "model 'Qwen/Qwen2.5-0.5B-Instruct' is a hub id: not checked offline" in err
-    code, _, err = run_cli(["--conf", "my_agent.yaml", f"astuner.model.path={tiny_model_dir}",
+    code, out, err = run_cli(["--conf", "my_agent.yaml", f"astuner.model.path={tiny_model_dir}",
                             "astuner.trainer_common.total_training_steps=1", "astuner.data.train_batch_size=2",
                             "astuner.rollout.num_repeat=2", "astuner.trainer_common.test_freq=-1"], capsys)
     assert code == 0, err[-3000:]
     assert (tmp_path / "launcher_record" / "my_agent" / "checkpoints" / "global_step_1" / "COMPLETE").exists()
+    # the agent prints each message unless told not to (the README's agent is not): the run keeps them off the console
+    assert "sensor_agent:" not in out and "sensor_agent:" not in err, out[-2000:]
 
 
 def _astuner_commands(page: Path) -> list[tuple[list[str], tuple[str, ...]]]:
@@ -175,6 +177,90 @@ def test_runnable_python_blocks_run_on_a_trained_checkpoint(tmp_path, tiny_model
         proc = subprocess.run([sys.executable, "-c", body], cwd=tmp_path, capture_output=True, text=True,
                               env={**os.environ, "HF_HUB_OFFLINE": "1"})
         assert proc.returncode == 0, f"{page.name}: {proc.stderr[-2000:]}"
+
+
+def _chat_commands(page: Path) -> list[str]:
+    """Each shell line of `page` that runs `astuner chat` (continuation lines joined)."""
+    return [line.strip() for lang, _, body in blocks(page) if lang in ("bash", "sh", "shell")
+            for line in body.replace("\\\n", " ").splitlines() if re.search(r"astuner chat ", line)]
+
+
+CHATS = [(page, line) for page in PAGES for line in _chat_commands(page)]
+
+
+@pytest.mark.parametrize("page, line", CHATS, ids=[f"{p.name}:{i}" for i, (p, _) in enumerate(CHATS)])
+def test_each_astuner_chat_command_shown_runs_as_written(page, line, tiny_model_dir, tmp_path):
+    """Run by bash as written (its stdin, its quoting), from a folder holding the repository's tutorial/ and a
+    tiny model at the checkpoint path the line names."""
+    checkpoint = re.search(r"astuner chat\s+(\S+)", line).group(1)
+    assert "global_step_" in checkpoint, line
+    if checkpoint.startswith("launcher_record/my_run"):  # a placeholder run name (the CLI's help)
+        pytest.skip("placeholder")
+    shutil.copytree(tiny_model_dir, tmp_path / checkpoint / "model")
+    (tmp_path / "tutorial").symlink_to(REPO_ROOT / "tutorial")
+    command = re.sub(r"(\S*/)?astuner chat ", f"{shlex.quote(sys.executable)} -m astuner chat --max-new-tokens 8 ",
+                     line)
+    proc = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, f"{page.name}: {line}: {proc.stderr[-2000:]}"
+
+
+def test_the_sensor_agents_tools_file_is_the_schema_its_agent_offers():
+    """`astuner chat --tools tutorial/example_agent_cpu/tools.json` renders what training rendered."""
+    import json
+
+    sys.path.insert(0, str(REPO_ROOT / "tutorial" / "example_agent_cpu"))
+    try:
+        from sensor_agent import sensor_toolkit
+    finally:
+        sys.path.pop(0)
+    shipped = json.loads((REPO_ROOT / "tutorial" / "example_agent_cpu" / "tools.json").read_text())
+    assert shipped == sensor_toolkit(497).get_json_schemas()
+
+
+def test_chat_renders_the_tools_and_answers_a_tool_line(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    import io
+
+    from astuner import chat
+
+    seen = []
+    real = chat.reply
+    monkeypatch.setattr(chat, "reply", lambda model, tok, messages, n, t, tools=None:
+                        seen.append(([dict(m) for m in messages], tools)) or real(model, tok, messages, n, t, tools))
+    tools = tmp_path / "tools.json"
+    shutil.copy(REPO_ROOT / "tutorial" / "example_agent_cpu" / "tools.json", tools)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("What does sensor S964 read?\ntool: 497\n\n"))
+    code, out, err = run_cli(["chat", str(tiny_model_dir), "--tools", str(tools), "--max-new-tokens", "4"], capsys)
+    assert code == 0, err
+    assert [m["role"] for m in seen[1][0]] == ["user", "assistant", "tool"] and seen[1][0][2]["content"] == "497"
+    assert seen[1][1][0]["function"]["name"] == "read_sensor"
+    # the template renders the tool's schema and its result as in training
+    from transformers import AutoTokenizer
+
+    text = AutoTokenizer.from_pretrained(str(tiny_model_dir)).apply_chat_template(
+        seen[1][0], tools=seen[1][1], add_generation_prompt=True, tokenize=False)
+    assert "read_sensor" in text and "<tool_response>\n497\n</tool_response>" in text
+    for content, message in (("{", "cannot read it as JSON"), ('[{"type": "function"}]', "entry 0 is no function")):
+        tools.write_text(content)
+        code, _, err = run_cli(["chat", str(tiny_model_dir), "--tools", str(tools), "--prompt", "hi"], capsys)
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_chat_reply_keeps_its_tool_call_markers_and_drops_the_turns_end(tiny_model_dir):
+    """The reply goes back into the next turn's prompt: without its <tool_call> markers the trained model sees a
+    history unlike training's (and answered `\\boxed{}`)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from astuner.chat import reply
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
+    said = '<tool_call>\n{"name": "read_sensor", "arguments": {}}\n</tool_call>'
+    tail = tokenizer(said, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    assert tokenizer.convert_ids_to_tokens(tail[0]) == "<tool_call>"  # one special token, which decoding would skip
+    model.generate = lambda input_ids, **kw: torch.cat([input_ids, torch.tensor([tail])], dim=1)
+    assert reply(model, tokenizer, [{"role": "user", "content": "hi"}], 8, 0.0) == said
 
 
 def test_astuner_chat_answers_from_a_checkpoint(tiny_model_dir, tmp_path, capsys):

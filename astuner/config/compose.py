@@ -120,7 +120,14 @@ def _suggest_key(key: str) -> str:
     from astuner.config.schema import AstunerConfig
     from astuner.config.validate import all_leaf_paths
 
-    close = difflib.get_close_matches(key, all_leaf_paths(AstunerConfig, "astuner"), n=1, cutoff=0.8)
+    paths = all_leaf_paths(AstunerConfig, "astuner")
+    parent, _, name = key.rpartition(".")
+    siblings = {p.rpartition(".")[2]: p for p in paths if p.rpartition(".")[0] == parent}
+    if siblings:  # a known section: its keys by name (the shared prefix would make any of them look close)
+        near = difflib.get_close_matches(name, list(siblings), n=1, cutoff=0.7)
+        close = [siblings[near[0]]] if near else []
+    else:
+        close = difflib.get_close_matches(key, paths, n=1, cutoff=0.8)
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
@@ -229,7 +236,11 @@ def compose_config(conf_path: Path | str, overrides: list[str] | None = None) ->
         culprit = next((o for o in overrides if o.split("=", 1)[0].lstrip("+~") in message), None)
         where = f"command-line override '{culprit}'" if culprit else str(conf_path)
         if culprit and message.startswith("Could not override"):
-            message += _suggest_key(culprit.split("=", 1)[0].lstrip("+~"))
+            key = culprit.split("=", 1)[0].lstrip("+~")
+            hint = _suggest_key(key)
+            if hint or key.startswith("astuner."):  # astuner reads only its own keys: '+' would not help
+                message = (f"unknown key '{key}'; " + (hint.strip(" ()") if hint else
+                           "--dry-run prints every key the config has"))
         raise ConfigError(f"{where}: {message}") from None
 
     if "data_processor" in cfg and "astuner" in cfg:  # Trinity's top-level name for the experience pipeline

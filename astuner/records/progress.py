@@ -69,14 +69,17 @@ class Progress:
 # what quiet_libraries set in this process (a later verbose call takes back only these)
 _QUIETED: dict[str, str] = {}
 _QUIET_ENV = (("HF_HUB_DISABLE_PROGRESS_BARS", "1"), ("TRANSFORMERS_VERBOSITY", "error"), ("HF_HUB_VERBOSITY", "error"),
-              ("DATASETS_VERBOSITY", "error"), ("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1"))
+              ("DATASETS_VERBOSITY", "error"), ("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1"),
+              # each AgentScope agent's printing of every message (thousands of lines a step); read when an agent is
+              # made, so agents the workflow builds per episode are quiet. The trajectories and the viewer hold them.
+              ("AGENTSCOPE_DISABLE_CONSOLE_OUTPUT", "true"))
 
 
 def quiet_libraries(verbose: bool = False) -> None:
     """The libraries' own console noise off unless `verbose` (`--verbose`, or ASTUNER_VERBOSE=1 for tune()):
     transformers' and huggingface_hub's progress bars ("Loading weights", "Writing model shards" at every
     checkpoint), their and datasets' advisory warnings ("Repo card metadata block was not found"), and deprecation
-    warnings raised inside torch / transformers. Environment variables the user set are kept, and they reach Ray's
+    warnings raised inside torch / transformers, and AgentScope agents printing each message. Environment variables the user set are kept, and they reach Ray's
     worker processes too; a verbose call after a quiet one in the same process (a notebook) takes back what the
     quiet one set."""
     import os

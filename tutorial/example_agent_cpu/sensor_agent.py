@@ -6,9 +6,9 @@ answer in \\boxed{} — two model calls per episode with the tool's result in be
 almost never names the reading (100-999); `MathAnswerAsJudge` scores the answer.
 
 `expert` plays the task as a sloppy operator would: it always calls the tool, but copies the reading right only
-half of the time (otherwise it transposes two digits). The SFT warm start (`trainer_common.sft`) imitates all of its episodes, so the warm-started agent
-uses the tool and miscopies as often as its teacher; GRPO, rewarded by the judge, then makes it copy exactly —
-the student beats its teacher.
+half of the time (otherwise it transposes two digits). The SFT warm start (`trainer_common.sft`) imitates all of
+its episodes, so the warm-started agent uses the tool and miscopies as often as its teacher; GRPO, rewarded by
+the judge, then makes it copy exactly — the student beats its teacher.
 """
 
 from __future__ import annotations
@@ -31,19 +31,25 @@ class SensorWorkflow(Workflow):
     name: str = "sensor_workflow"
 
     async def execute(self, workflow_task: WorkflowTask, model_tuner: ModelTuner) -> WorkflowOutput:
-        reading = workflow_task.task.metadata["reading"]
-
-        def read_sensor() -> ToolResponse:
-            """Read the sensor the user asks about."""
-            return ToolResponse(content=[TextBlock(type="text", text=str(reading))])
-
-        toolkit = Toolkit()
-        toolkit.register_tool_function(read_sensor)
+        toolkit = sensor_toolkit(workflow_task.task.metadata["reading"])
         agent = ReActAgent(name="sensor_agent", sys_prompt=SYSTEM_PROMPT, model=model_tuner,
                            formatter=OpenAIChatFormatter(), toolkit=toolkit, memory=InMemoryMemory(), max_iters=3)
         agent.set_console_output_enabled(False)
         result = await agent.reply(Msg("user", workflow_task.task.main_query, role="user"))
         return WorkflowOutput(reward=None, metadata={"final_answer": result.get_text_content() or ""})
+
+
+def sensor_toolkit(reading: int) -> Toolkit:
+    """The episode's one tool, `read_sensor`, which reports `reading`. Its schema, as the model sees it, is in
+    tools.json (for `astuner chat --tools`)."""
+
+    def read_sensor() -> ToolResponse:
+        """Read the sensor the user asks about."""
+        return ToolResponse(content=[TextBlock(type="text", text=str(reading))])
+
+    toolkit = Toolkit()
+    toolkit.register_tool_function(read_sensor)
+    return toolkit
 
 
 EXPERT_ACCURACY = 0.5  # the share of readings the expert copies right
