@@ -11,11 +11,12 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from astuner.cli_args import OneLineParser
 from astuner.errors import DataError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="astuner chat", description="Chat with a trained checkpoint.")
+    parser = OneLineParser(prog="astuner chat", description="Chat with a trained checkpoint.")
     parser.add_argument("checkpoint", metavar="CHECKPOINT",
                         help="global_step_N (its model/), a model folder, or a LoRA adapter folder")
     parser.add_argument("--prompt", help="answer this one message and exit (default: read messages from stdin)")

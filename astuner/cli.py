@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from astuner.cli_args import OneLineParser
+
 EXIT_OK, EXIT_INTERNAL, EXIT_USER, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 EPILOG = """\
@@ -26,7 +28,7 @@ ctrl-c stops the run cleanly; a second ctrl-c stops it at once.
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="astuner", description="Train an AgentScope agent with reinforcement learning.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--conf", required=True, metavar="PATH", help="the experiment YAML")
@@ -110,7 +112,7 @@ def _missing_backbone(backbone: Any) -> str:
 
 
 def build_view_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="astuner view",
+    parser = OneLineParser(prog="astuner view",
                                      description="Serve a run folder's curves, episodes and tokens in the browser.")
     parser.add_argument("run", metavar="RUN", help="the run folder, e.g. launcher_record/<experiment_name>")
     parser.add_argument("--port", type=int, default=8765, help="port (default 8765; 0: any free port)")
@@ -138,7 +140,7 @@ def _view(argv: Sequence[str]) -> int:
 
 
 def build_merge_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="astuner merge-lora", description="Write a LoRA run's checkpoint as one model: base weights + adapter.")
     parser.add_argument("checkpoint", metavar="CHECKPOINT",
                         help="a checkpoint (launcher_record/<name>/checkpoints/global_step_N) or its model/ folder")

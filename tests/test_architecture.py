@@ -14,7 +14,7 @@ from tests.conftest import REPO_ROOT
 PACKAGE = REPO_ROOT / "astuner"
 # bottom to top; units on one floor do not import each other
 FLOORS = [
-    {"errors", "interrupts"},
+    {"errors", "interrupts", "cli_args"},
     {"schema"},
     {"config"},
     {"algorithm", "env_service", "tools", "records", "data", "task_judge"},

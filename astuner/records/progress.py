@@ -29,6 +29,16 @@ def duration(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
+def _terminal_columns() -> int:
+    """The width of the terminal stderr writes to; 0 when it is no terminal or says it has no width."""
+    import os
+
+    try:
+        return os.get_terminal_size(sys.stderr.fileno()).columns if sys.stderr.isatty() else 0
+    except (AttributeError, OSError, ValueError):  # no fileno (captured), closed, or not a terminal after all
+        return 0
+
+
 class Progress:
     """`total` units of work from `initial`; `update(**postfix)` after each."""
 
@@ -36,7 +46,7 @@ class Progress:
         from tqdm import tqdm
 
         self.total, self.desc, self.done, self.start_done = total, desc, initial, initial
-        self.tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
+        self.tty = _terminal_columns() > 0  # a terminal of 0 columns (some pseudo-terminals) gets the lines
         self.bar = tqdm(total=total, initial=initial, desc=desc, unit=unit, dynamic_ncols=True, file=sys.stderr,
                         disable=not self.tty, leave=False)
         self.started = time.monotonic()

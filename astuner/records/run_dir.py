@@ -105,7 +105,9 @@ def check_run_dir(exp_dir: Path, experiment_name: str, resume: bool) -> Path:
 
 
 def dump_config(merged: dict[str, Any]) -> str:
-    return yaml.safe_dump(merged, sort_keys=False, allow_unicode=True)
+    """The config as YAML, the astuner: section first (what a reader looks for; other sections follow as merged)."""
+    ordered = {**({"astuner": merged["astuner"]} if "astuner" in merged else {}), **merged}
+    return yaml.safe_dump(ordered, sort_keys=False, allow_unicode=True)
 
 
 def prepare_run_dir(exp_dir: Path, experiment_name: str, merged: dict[str, Any], resume: bool,

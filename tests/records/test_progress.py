@@ -97,6 +97,29 @@ def test_without_a_terminal_a_long_phase_logs_its_progress_with_an_eta(monkeypat
     assert "SFT warm start: 3/10, loss 0.333, eta 1m33s" in lines[0]  # 40 s for 3 steps, 7 to go
 
 
+def test_a_terminal_of_no_width_gets_the_progress_lines(monkeypatch):
+    """Some pseudo-terminals report 0 columns: tqdm then draws nothing, and the warm start was silent (103 s)."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    from astuner.records.progress import Progress
+
+    master, slave = pty.openpty()
+    try:
+        for columns, expect_bar in ((0, False), (120, True)):
+            fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+            with os.fdopen(os.dup(slave), "w") as terminal:
+                monkeypatch.setattr(sys, "stderr", terminal)
+                bar = Progress(3, "SFT warm start")
+                assert bar.tty is expect_bar and bar.bar.disable is not expect_bar, columns
+                bar.close()
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
 def test_a_verbose_call_takes_back_what_a_quiet_one_set(monkeypatch):
     """tune() in a notebook, then tune() with ASTUNER_VERBOSE=1: the libraries speak again; what the user set
     stays."""
