@@ -98,7 +98,9 @@ def test_training_through_the_gateway_equals_training_with_model_tuner(warm, tmp
     same = [f"astuner.model.path={root / 'checkpoints' / 'global_step_0' / 'model'}", "astuner.model.tiny=null",
             "astuner.trainer_common.sft.steps=0", "astuner.rollout.max_env_worker=1",
             "astuner.trainer_common.optim.lr=1e-4",  # the two YAMLs' own differ (the main job's RL runs longer)
-            "astuner.trainer_common.save_freq=-1", *SMALL]
+            "astuner.trainer_common.save_freq=-1", *SMALL,
+            # the seeds set alike (the main job's YAML derives its own from trainer_common.seed)
+            "astuner.trainer_common.seed=7", "astuner.rollout.seed=7", "astuner.task_reader.task_selector.seed=7"]
     astuner(REPO_ROOT / "tutorial" / "example_agent_cpu" / "sensor_agent.yaml", tmp_path / "a", *same)
     astuner(CONF, tmp_path / "b", *same, f"astuner.rollout.agentscope_workflow={WORKFLOWS}->react_workflow")
     a, b = tmp_path / "a" / "sensor_agent", tmp_path / "b" / "openai_agent"
