@@ -24,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tools", metavar="FILE.json",
                         help="the tools the agent offered, as a JSON list of OpenAI function schemas (AgentScope's "
                              "Toolkit.get_json_schemas()); rendered by the chat template as in training. In a "
-                             "conversation, a line 'tool: TEXT' answers the model's tool call")
+                             "conversation, a line starting 'tool:' is the tool's result (the rest of the line)")
     parser.add_argument("--max-new-tokens", type=int, default=256, metavar="N")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy")
     return parser
@@ -75,9 +75,11 @@ def load_tools(path: Path) -> list[dict[str, Any]]:
     (or the bare `{"name": ...}`); DataError naming the file and what is wrong."""
     import json
 
+    if not path.is_file():
+        raise DataError(f"--tools {path}: no such file")
     try:
         tools = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise DataError(f"--tools {path}: cannot read it as JSON ({type(exc).__name__}: "
                         f"{str(exc).splitlines()[0][:120]})") from None
     if isinstance(tools, dict):
@@ -95,8 +97,13 @@ def reply(model: Any, tokenizer: Any, messages: list[dict[str, str]], max_new_to
           temperature: float, tools: Optional[list[dict[str, Any]]] = None) -> str:
     import torch
 
-    ids = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, return_tensors="pt",
-                                        return_dict=True)
+    try:
+        ids = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, return_tensors="pt",
+                                            return_dict=True)
+    except Exception as exc:  # noqa: BLE001 - jinja's errors, raised by the template itself (e.g. roles' order)
+        first = (str(exc).strip().splitlines() or [""])[0][:150]
+        raise DataError(f"the model's chat template cannot render this conversation ({type(exc).__name__}: "
+                        f"{first})") from None
     ids = {k: v.to(model.device) for k, v in ids.items()}
     sampling = {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}
     with torch.no_grad():
@@ -130,9 +137,17 @@ def main(argv: Sequence[str], stdin: Optional[Any] = None) -> int:
     try:
         tools = load_tools(Path(args.tools)) if args.tools else None
         model, tokenizer = load(Path(args.checkpoint))
+        if tools and "tools" not in (tokenizer.chat_template or ""):
+            print("astuner: note: the model's chat template does not render tools: --tools changes nothing",
+                  file=sys.stderr)
+        return _converse(args, model, tokenizer, tools, stdin)
     except DataError as exc:
         print(f"astuner: error: {exc}", file=sys.stderr)
         return exc.exit_code
+
+
+def _converse(args: argparse.Namespace, model: Any, tokenizer: Any, tools: Optional[list[dict[str, Any]]],
+              stdin: Optional[Any]) -> int:
     messages = [{"role": "system", "content": args.system}] if args.system else []
     if args.prompt is not None:
         messages.append({"role": "user", "content": args.prompt})

@@ -13,7 +13,7 @@ from astuner.cli_args import OneLineParser
 EXIT_OK, EXIT_INTERNAL, EXIT_USER, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 EPILOG = """\
-overrides: trailing Hydra-style overrides, e.g.  astuner.rollout.num_repeat=8  +astuner.new_key=1  ~trinity.trainer
+overrides: trailing Hydra-style overrides, e.g.  astuner.rollout.num_repeat=8  +astuner.model.lora.rank=8  ~trinity.trainer
 examples:
   astuner --conf tutorial/example_math_agent/math_agent.yaml --dry-run
   astuner view launcher_record/math_agent          # browse a run's curves, episodes and tokens
@@ -45,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="parent folder of run records (default: launcher_record)")
     parser.add_argument("--resume", action="store_true", help="continue the run already in the run folder")
     parser.add_argument("--verbose", action="store_true",
-                        help="show the libraries' own progress bars and warnings (transformers, datasets, hub)")
+                        help="show the libraries' own progress bars and warnings (transformers, datasets, hub) "
+                             "and each AgentScope agent's printed messages")
     parser.add_argument("--dry-run", action="store_true",
                         help="check the config, plug-ins, task rows, model folder and env service; print the merged "
                              "config; start nothing, write nothing")
@@ -91,8 +92,10 @@ def _run(args: argparse.Namespace) -> int:
         missing = _missing_backbone(backbone)
         judge = run_config.astuner.task_judge.judge_protocol or "none (the workflow returns rewards)"
         print(f"astuner: config OK (dry run, nothing started): backbone={args.backbone}, "
-              f"workflow={run_config.astuner.rollout.agentscope_workflow}, judge={judge}, run folder={run_root}"
-              + (f"; but not runnable here: {missing}" if missing else ""), file=sys.stderr)
+              f"workflow={run_config.astuner.rollout.agentscope_workflow}, judge={judge}, run folder={run_root}",
+              file=sys.stderr)
+        if missing:
+            print(f"astuner: but not runnable in this environment: {missing}", file=sys.stderr)
         return EXIT_OK
 
     execute(request)
@@ -113,7 +116,7 @@ def _missing_backbone(backbone: Any) -> str:
 
 def build_view_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="astuner view",
-                                     description="Serve a run folder's curves, episodes and tokens in the browser.")
+                           description="Serve a run folder's curves, episodes and tokens in the browser.")
     parser.add_argument("run", metavar="RUN", help="the run folder, e.g. launcher_record/<experiment_name>")
     parser.add_argument("--port", type=int, default=8765, help="port (default 8765; 0: any free port)")
     parser.add_argument("--host", default="127.0.0.1",

@@ -63,11 +63,8 @@ def check_tasks(cfg: Any, extra_roots: Sequence[Path], offline: bool) -> str:
     note = f"tasks: {len(train)} training, {len(val)} validation"
     bare = [t for t in train + val if not t.has_query]
     if bare:  # a raw row is a task: the workflow reads the row; only code that asks for a query needs one
-        field = cfg.task_reader.query_field
-        which = "none has" if len(bare) == len(train) + len(val) else f"{len(bare)} have no"
-        fields = ", ".join(sorted(bare[0].metadata)[:8])
-        note += (f"; {which} a {field!r} field (astuner.task_reader.query_field): the workflow reads the rows "
-                 f"(task {bare[0].task_id}'s fields: {fields})")
+        which = "no task has a query" if len(bare) == len(train) + len(val) else f"{len(bare)} tasks have no query"
+        note += f"; {which}: the workflow reads their rows (task {bare[0].task_id}: {bare[0].no_query})"
     return note
 
 

@@ -1,7 +1,7 @@
 """The main job's gain from RL, per seed: the tool-using sensor agent is warm-started on an expert that copies the
 reading right only half of the time (else it transposes two digits), then trained by GRPO on the judge's reward.
-Targets on this 2-core machine: validation after the warm start at most 0.65 (imitation alone falls short), after RL at least 0.90 (the student
-beats its teacher), the whole command within 6 minutes.
+Targets on this 2-core machine: validation after the warm start at most 0.65 (imitation alone falls short), after
+RL at least 0.90 (the student beats its teacher), the whole command within 6 minutes.
 
     python bench/agent_cpu_seeds.py [--seeds 0 1 2] [--exp-dir /tmp/astuner_agent_bench]
 

@@ -249,6 +249,17 @@ def test_bad_run_input_exits_2_before_anything_is_written(seed, capsys, case_id,
     assert after == before
 
 
+@pytest.mark.parametrize("override, message", [
+    ("astuner.model.lora.rank=8", "astuner.model.lora is null by default: set its keys with +astuner.model.lora.rank=8"),
+    ("astuner.rollout.workflow_args.level=3", "astuner.rollout.workflow_args is a free-form mapping, empty by default: "
+                                              "add to it with +astuner.rollout.workflow_args.level=3")])
+def test_a_key_that_can_be_added_is_told_to_add_it_with_plus(seed, capsys, override, message):
+    code, _, err = run_cli(["--conf", YAML, override, "--dry-run"], capsys)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    code, _, err = run_cli(["--conf", YAML, f"+{override}", "--dry-run"], capsys)  # the advice, followed, passes
+    assert code == 0, err
+
+
 @pytest.mark.parametrize("override", ["astuner.rollout.num_repeats=8", "astuner.rollout.qwertyuiop=8"])
 def test_a_misspelt_override_is_not_told_to_append_a_key_astuner_would_refuse(seed, capsys, override):
     code, _, err = run_cli(["--conf", YAML, override, "--dry-run"], capsys)

@@ -50,9 +50,10 @@ def test_a_dry_run_for_a_backbone_not_installed_here_says_the_run_would_be_refus
         pytest.skip(f"{package} is installed in this environment")
     code, _, err = run_cli(["--conf", YAML, "--dry-run", f"--backbone={name}"], capsys)
     assert code == 0, err  # the config is still checked: what astuner reads, the translation
-    last = err.strip().splitlines()[-1]
-    assert last.startswith("astuner: config OK") and f"but not runnable here: backbone {name} needs" in last, last
-    assert f"pip install 'astuner[{name}]'" in last
+    ok, last = err.strip().splitlines()[-2:]
+    assert ok.startswith("astuner: config OK"), err
+    assert last.startswith(f"astuner: but not runnable in this environment: backbone {name} needs"), last
+    assert f"pip install 'astuner[{name}]'" in last and len(last) <= 300
     code, _, err = run_cli(["--conf", YAML, "--dry-run"], capsys)  # the debug backbone has what it needs
     assert code == 0 and "not runnable here" not in err
 
@@ -206,6 +207,17 @@ def test_prepare_run_dir_refuses_without_resume(tmp_path):
     with pytest.raises(RunDirError, match="already holds a run"):
         prepare_run_dir(tmp_path, "exp", {"a": 1}, resume=False)
     assert prepare_run_dir(tmp_path, "exp", {"a": 1}, resume=True).resumed
+
+
+def test_a_resume_keeps_config_aside_only_when_the_config_changed(tmp_path):
+    merged = {"trinity": {"trainer": {}}, "astuner": {"seed": 1}}
+    run = prepare_run_dir(tmp_path, "exp", merged, resume=False)
+    run.config_path.write_text(yaml.safe_dump(merged, sort_keys=False))  # an older run: another order of sections
+    (run.root / "metrics.jsonl").write_text('{"step": 1}\n')
+    prepare_run_dir(tmp_path, "exp", merged, resume=True)
+    assert not list(run.root.glob("config.before_resume_*"))
+    prepare_run_dir(tmp_path, "exp", {**merged, "astuner": {"seed": 2}}, resume=True)
+    assert len(list(run.root.glob("config.before_resume_*"))) == 1
 
 
 def test_resume_without_earlier_run_starts_fresh(tmp_path):

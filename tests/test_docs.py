@@ -240,10 +240,25 @@ def test_chat_renders_the_tools_and_answers_a_tool_line(tiny_model_dir, tmp_path
     text = AutoTokenizer.from_pretrained(str(tiny_model_dir)).apply_chat_template(
         seen[1][0], tools=seen[1][1], add_generation_prompt=True, tokenize=False)
     assert "read_sensor" in text and "<tool_response>\n497\n</tool_response>" in text
-    for content, message in (("{", "cannot read it as JSON"), ('[{"type": "function"}]', "entry 0 is no function")):
-        tools.write_text(content)
+    for content, message in (("{", "cannot read it as JSON"), ('[{"type": "function"}]', "entry 0 is no function"),
+                             ("[" * 100_000, "cannot read it as JSON"), (None, "no such file")):
+        if content is None:
+            tools.unlink()
+        else:
+            tools.write_text(content)
         code, _, err = run_cli(["chat", str(tiny_model_dir), "--tools", str(tools), "--prompt", "hi"], capsys)
         assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    # a conversation the template refuses (here: a template that raises on a tool turn) is one line, exit 2
+    model_dir = tmp_path / "strict"
+    shutil.copytree(tiny_model_dir, model_dir)
+    (model_dir / "chat_template.jinja").write_text(
+        "{% for m in messages %}{% if m.role == 'tool' %}{{ raise_exception('no tool turns') }}{% endif %}"
+        "{{ m.content }}{% endfor %}")
+    monkeypatch.setattr(sys, "stdin", io.StringIO("hi\ntool: 497\n"))
+    code, _, err = run_cli(["chat", str(model_dir), "--tools", str(REPO_ROOT / "tutorial" / "example_agent_cpu" /
+                                                                   "tools.json"), "--max-new-tokens", "2"], capsys)
+    assert code == 2 and "cannot render this conversation" in err and "no tool turns" in err, err
+    assert "does not render tools: --tools changes nothing" in err
 
 
 def test_a_chat_reply_keeps_its_tool_call_markers_and_drops_the_turns_end(tiny_model_dir):

@@ -114,6 +114,39 @@ def _check_overrides(overrides: list[str]) -> None:
                               f"write key=value, +new.key=value or ~key") from None
 
 
+def _absent_key(override: str, message: str) -> str:
+    """Hydra could not set `override`'s key: it is not in the composed config. A key astuner declares (in a section
+    that is null by default, such as model.lora) or one inside a free-form mapping (rollout.workflow_args) is added
+    with '+'; any other astuner key is unknown, and '+' would only be refused later: say which key was meant."""
+    from astuner.config.keys import declared
+    from astuner.config.schema import AstunerConfig
+
+    key, _, value = override.lstrip("+~").partition("=")
+    if not key.startswith("astuner."):
+        return message
+    items = {item.path: item for item in declared(AstunerConfig)}
+    parts = key.split(".")
+    for i in range(len(parts) - 1, 1, -1):
+        item = items.get(".".join(parts[:i]))
+        if item is None:
+            continue
+        if item.optional_section is not None and key in items:
+            return f"{item.path} is null by default: set its keys with +{key}={value}"
+        if not item.is_section and item.optional_section is None and _is_mapping(item.type):
+            return f"{item.path} is a free-form mapping, empty by default: add to it with +{key}={value}"
+        break
+    hint = _suggest_key(key)
+    return f"unknown key '{key}'; " + (hint.strip(" ()") if hint else "--dry-run prints every key the config has")
+
+
+def _is_mapping(tp: Any) -> bool:
+    import collections.abc
+    import typing
+
+    args = [a for a in typing.get_args(tp) if a is not type(None)] if typing.get_origin(tp) is typing.Union else [tp]
+    return any(a is dict or typing.get_origin(a) in (dict, collections.abc.Mapping) for a in args)
+
+
 def _suggest_key(key: str) -> str:
     import difflib
 
@@ -236,11 +269,7 @@ def compose_config(conf_path: Path | str, overrides: list[str] | None = None) ->
         culprit = next((o for o in overrides if o.split("=", 1)[0].lstrip("+~") in message), None)
         where = f"command-line override '{culprit}'" if culprit else str(conf_path)
         if culprit and message.startswith("Could not override"):
-            key = culprit.split("=", 1)[0].lstrip("+~")
-            hint = _suggest_key(key)
-            if hint or key.startswith("astuner."):  # astuner reads only its own keys: '+' would not help
-                message = (f"unknown key '{key}'; " + (hint.strip(" ()") if hint else
-                           "--dry-run prints every key the config has"))
+            message = _absent_key(culprit, message)
         raise ConfigError(f"{where}: {message}") from None
 
     if "data_processor" in cfg and "astuner" in cfg:  # Trinity's top-level name for the experience pipeline

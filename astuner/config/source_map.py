@@ -5,14 +5,19 @@ Used to make every config error point at the place the user has to edit.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Optional
 
 import yaml
 
 
-def yaml_line_map(path: Path) -> dict[str, int]:
-    """Dotted key -> 1-based line number for every mapping key in a YAML file."""
+INTERPOLATION = re.compile(r"^\$\{([\w.]+)\}$")
+
+
+def yaml_line_map(path: Path, interpolations: Optional[dict[str, str]] = None) -> dict[str, int]:
+    """Dotted key -> 1-based line number for every mapping key in a YAML file. `interpolations`, when given,
+    receives each key whose value is just `${other.key}`: key -> other.key."""
     with open(path, encoding="utf-8") as fh:
         root = yaml.compose(fh, Loader=yaml.SafeLoader)
     lines: dict[str, int] = {}
@@ -24,6 +29,10 @@ def yaml_line_map(path: Path) -> dict[str, int]:
                     continue
                 dotted = f"{prefix}.{key_node.value}" if prefix else str(key_node.value)
                 lines[dotted] = key_node.start_mark.line + 1
+                if interpolations is not None and isinstance(value_node, yaml.ScalarNode):
+                    match = INTERPOLATION.match(str(value_node.value))
+                    if match:
+                        interpolations[dotted] = match.group(1)
                 walk(value_node, dotted)
         elif isinstance(node, yaml.SequenceNode):
             for i, item in enumerate(node.value):
@@ -46,8 +55,9 @@ class SourceMap:
 
     def __init__(self, conf_path: Path, overrides: list[str]):
         self.conf_path = conf_path
+        self.interpolations: dict[str, str] = {}  # key -> the key its value `${...}` takes
         try:
-            self.lines = yaml_line_map(conf_path)
+            self.lines = yaml_line_map(conf_path, self.interpolations)
         except yaml.YAMLError:
             self.lines = {}
         self.overrides = {override_key(o): o for o in overrides}

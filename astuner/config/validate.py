@@ -44,10 +44,12 @@ class _Builder:
     def __init__(self, src: SourceMap):
         self.src = src
         self.errors: list[str] = []
+        self.error_keys: list[str] = []  # the key of each error
         self.bad: set[str] = set()  # keys with a problem: rules over several keys skip them
 
     def error(self, dotted: str, message: str) -> None:
         self.errors.append(f"{self.src.where(dotted)}: {message}")
+        self.error_keys.append(dotted.split("[", 1)[0])
         self.bad.add(dotted.split("[", 1)[0])
 
     def build(self, cls: type, data: Mapping, path: str) -> Any:
@@ -158,7 +160,10 @@ def validate_astuner_tree(tree: Any, src: SourceMap) -> AstunerConfig:
     _check_required(cfg, builder)
     _check_rules(cfg, builder)
     if builder.errors:
-        raise ConfigError("\n".join(builder.errors))
+        # a key whose value is `${other}` repeats other's error: said once, where other was set
+        taken = src.interpolations
+        raise ConfigError("\n".join(error for error, key in zip(builder.errors, builder.error_keys)
+                                    if taken.get(key) not in builder.bad))
     return cfg
 
 

@@ -88,9 +88,9 @@ _QUIET_ENV = (("HF_HUB_DISABLE_PROGRESS_BARS", "1"), ("TRANSFORMERS_VERBOSITY", 
 def quiet_libraries(verbose: bool = False) -> None:
     """The libraries' own console noise off unless `verbose` (`--verbose`, or ASTUNER_VERBOSE=1 for tune()):
     transformers' and huggingface_hub's progress bars ("Loading weights", "Writing model shards" at every
-    checkpoint), their and datasets' advisory warnings ("Repo card metadata block was not found"), and deprecation
-    warnings raised inside torch / transformers, and AgentScope agents printing each message. Environment variables the user set are kept, and they reach Ray's
-    worker processes too; a verbose call after a quiet one in the same process (a notebook) takes back what the
+    checkpoint), their and datasets' advisory warnings ("Repo card metadata block was not found"), deprecation
+    warnings raised inside torch / transformers, and AgentScope agents printing each message. Environment variables
+    the user set are kept, and they reach Ray's worker processes too; a verbose call after a quiet one in the same process (a notebook) takes back what the
     quiet one set."""
     import os
     import warnings

@@ -123,13 +123,22 @@ def prepare_run_dir(exp_dir: Path, experiment_name: str, merged: dict[str, Any],
     for folder in (run.tensorboard, run.checkpoints, run.trajectories):
         folder.mkdir(parents=True, exist_ok=True)
     text = dump_config(merged)
-    if run.config_path.exists() and run.config_path.read_text(encoding="utf-8") != text:
+    if run.config_path.exists() and _config_changed(run.config_path, merged):
         stamp = time.strftime("%Y%m%d-%H%M%S")
         run.config_path.rename(root / f"config.before_resume_{stamp}.yaml")
     run.config_path.write_text(text, encoding="utf-8")
     setup_logging(run.log_path)
     logger.info(f"{'resuming' if resumed else 'starting'} run in {root}")
     return run
+
+
+def _config_changed(path: Path, merged: dict[str, Any]) -> bool:
+    """Whether the run folder's config.yaml holds another config than `merged` (by value: the order of its
+    sections is no change)."""
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8")) != yaml.safe_load(dump_config(merged))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return True  # unreadable: kept aside as it is
 
 
 def setup_logging(log_path: Path) -> None:

@@ -98,6 +98,28 @@ def test_interpolations_are_resolved(seed):
     assert load_run_config(seed.yaml_path).astuner.project_name == "fallback"
 
 
+def test_keys_that_follow_one_key_take_its_value_and_its_one_error(seed):
+    """The main job's YAML derives its seeds from trainer_common.seed: a bad value set there is one error, where
+    it was set, not one per key that follows it."""
+    from astuner.errors import ConfigError
+
+    text = seed.yaml_path.read_text().replace(
+        "  rollout:\n", "  rollout:\n    seed: ${astuner.trainer_common.seed}\n", 1).replace(
+        "  task_reader:\n", "  task_reader:\n    task_selector: {seed: '${astuner.trainer_common.seed}'}\n", 1)
+    seed.yaml_path.write_text(text)
+    run = load_run_config(seed.yaml_path, ["astuner.trainer_common.seed=5"])
+    assert run.astuner.rollout.seed == 5 and run.astuner.task_reader.task_selector.seed == 5
+    with pytest.raises(ConfigError) as caught:
+        load_run_config(seed.yaml_path, ["astuner.trainer_common.seed=abc"])
+    assert str(caught.value).splitlines() == [
+        "command-line override 'astuner.trainer_common.seed=abc': astuner.trainer_common.seed must be an integer, "
+        "got 'abc' (str)"]
+    seed.yaml_path.write_text(text.replace("    seed: ${astuner.trainer_common.seed}", "    seed: x"))
+    with pytest.raises(ConfigError) as caught:  # a key's own bad value is still its own error
+        load_run_config(seed.yaml_path, ["astuner.trainer_common.seed=abc"])
+    assert len(str(caught.value).splitlines()) == 2 and "astuner.rollout.seed must be an integer" in str(caught.value)
+
+
 @pytest.mark.parametrize("path", [DEFAULT_CONFIG_DIRS[0] / "astuner_default.yaml",
                                   DEFAULT_CONFIG_DIRS[2] / "trinity_default.yaml"])
 def test_every_default_key_has_a_comment_above_it(path: Path):

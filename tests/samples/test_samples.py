@@ -100,7 +100,7 @@ def test_frozen_lake_rows_without_a_query_train(tmp_path, tiny_model_dir, route)
                    "runs"], folder, {})
         root = folder / "runs" / "frozen_lake_yaml"
     metrics, episodes, _ = records(root)
-    assert [m["step"] for m in metrics] == [1, 2] and "none has a 'question' field" in log
+    assert [m["step"] for m in metrics] == [1, 2] and "no task has a query: the workflow reads their rows" in log
     for e in episodes:
         assert not e["failed"], e["error"]
         assert e["agents"] == ["walker"] and e["calls"] >= 1 and e["metrics"]["map"] == "3x3"
