@@ -250,7 +250,8 @@ def test_bad_run_input_exits_2_before_anything_is_written(seed, capsys, case_id,
 
 
 @pytest.mark.parametrize("override, message", [
-    ("astuner.model.lora.rank=8", "astuner.model.lora is null by default: set its keys with +astuner.model.lora.rank=8"),
+    ("astuner.model.lora.rank=8",
+     "astuner.model.lora is null by default: set its keys with +astuner.model.lora.rank=8"),
     ("astuner.rollout.workflow_args.level=3", "astuner.rollout.workflow_args is a free-form mapping, empty by default: "
                                               "add to it with +astuner.rollout.workflow_args.level=3")])
 def test_a_key_that_can_be_added_is_told_to_add_it_with_plus(seed, capsys, override, message):

@@ -90,8 +90,8 @@ def quiet_libraries(verbose: bool = False) -> None:
     transformers' and huggingface_hub's progress bars ("Loading weights", "Writing model shards" at every
     checkpoint), their and datasets' advisory warnings ("Repo card metadata block was not found"), deprecation
     warnings raised inside torch / transformers, and AgentScope agents printing each message. Environment variables
-    the user set are kept, and they reach Ray's worker processes too; a verbose call after a quiet one in the same process (a notebook) takes back what the
-    quiet one set."""
+    the user set are kept, and they reach Ray's worker processes too; a verbose call after a quiet one in the same
+    process (a notebook) takes back what the quiet one set."""
     import os
     import warnings
 
