@@ -135,8 +135,9 @@ def _absent_key(override: str, message: str) -> str:
         if not item.is_section and item.optional_section is None and _is_mapping(item.type):
             return f"{item.path} is a free-form mapping, empty by default: add to it with +{key}={value}"
         break
-    hint = _suggest_key(key)
-    return f"unknown key '{key}'; " + (hint.strip(" ()") if hint else "--dry-run prints every key the config has")
+    from astuner.config.validate import nearest_key
+
+    return f"unknown key '{key}'; " + (nearest_key(key) or "--dry-run prints every key the config has")
 
 
 def _is_mapping(tp: Any) -> bool:
@@ -145,23 +146,6 @@ def _is_mapping(tp: Any) -> bool:
 
     args = [a for a in typing.get_args(tp) if a is not type(None)] if typing.get_origin(tp) is typing.Union else [tp]
     return any(a is dict or typing.get_origin(a) in (dict, collections.abc.Mapping) for a in args)
-
-
-def _suggest_key(key: str) -> str:
-    import difflib
-
-    from astuner.config.schema import AstunerConfig
-    from astuner.config.validate import all_leaf_paths
-
-    paths = all_leaf_paths(AstunerConfig, "astuner")
-    parent, _, name = key.rpartition(".")
-    siblings = {p.rpartition(".")[2]: p for p in paths if p.rpartition(".")[0] == parent}
-    if siblings:  # a known section: its keys by name (the shared prefix would make any of them look close)
-        near = difflib.get_close_matches(name, list(siblings), n=1, cutoff=0.7)
-        close = [siblings[near[0]]] if near else []
-    else:
-        close = difflib.get_close_matches(key, paths, n=1, cutoff=0.8)
-    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 def _default_shape() -> dict[str, Any]:

@@ -40,6 +40,23 @@ def all_leaf_paths(cls: type, prefix: str) -> list[str]:
     return [item.path for item in declared(cls, prefix)]
 
 
+def nearest_key(dotted: str) -> str:
+    """'did you mean ...?' for an unknown astuner key (from the YAML or the command line), or '': a key of its
+    section by a close name, else a key of the same name in another section, else (its section unknown too) the
+    closest whole path."""
+    paths = all_leaf_paths(AstunerConfig, "astuner")
+    parent, _, name = dotted.rpartition(".")
+    siblings = {p.rpartition(".")[2]: p for p in paths if p.rpartition(".")[0] == parent}
+    close = difflib.get_close_matches(name, list(siblings), n=1, cutoff=0.6)
+    if close:
+        return f"did you mean '{siblings[close[0]]}'?"
+    elsewhere = [p for p in paths if p.rpartition(".")[2] == name]
+    if elsewhere:
+        return f"did you mean '{elsewhere[0]}'? ('{name}' belongs there)"
+    close = [] if siblings else difflib.get_close_matches(dotted, paths, n=1, cutoff=0.8)
+    return f"did you mean '{close[0]}'?" if close else ""
+
+
 class _Builder:
     def __init__(self, src: SourceMap):
         self.src = src
@@ -79,15 +96,7 @@ class _Builder:
 
     def unknown_key(self, key: str, names: list[str], path: str) -> None:
         dotted = f"{path}.{key}"
-        close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
-        if close:
-            hint = f"did you mean '{path}.{close[0]}'?"
-        else:
-            elsewhere = [p for p in all_leaf_paths(AstunerConfig, "astuner") if p.rsplit(".", 1)[1] == key]
-            if elsewhere:
-                hint = f"did you mean '{elsewhere[0]}'? ('{key}' belongs there)"
-            else:
-                hint = f"valid keys under {path}: {', '.join(names)}"
+        hint = nearest_key(dotted) or f"valid keys under {path}: {', '.join(names)}"
         self.error(dotted, f"unknown key '{dotted}'; {hint}")
 
     def convert(self, tp: Any, value: Any, path: str) -> tuple[bool, Any]:

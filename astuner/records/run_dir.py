@@ -123,7 +123,7 @@ def prepare_run_dir(exp_dir: Path, experiment_name: str, merged: dict[str, Any],
     for folder in (run.tensorboard, run.checkpoints, run.trajectories):
         folder.mkdir(parents=True, exist_ok=True)
     text = dump_config(merged)
-    if run.config_path.exists() and _config_changed(run.config_path, merged):
+    if run.config_path.exists() and _config_changed(run.config_path, text):
         stamp = time.strftime("%Y%m%d-%H%M%S")
         run.config_path.rename(root / f"config.before_resume_{stamp}.yaml")
     run.config_path.write_text(text, encoding="utf-8")
@@ -132,11 +132,11 @@ def prepare_run_dir(exp_dir: Path, experiment_name: str, merged: dict[str, Any],
     return run
 
 
-def _config_changed(path: Path, merged: dict[str, Any]) -> bool:
-    """Whether the run folder's config.yaml holds another config than `merged` (by value: the order of its
-    sections is no change)."""
+def _config_changed(path: Path, text: str) -> bool:
+    """Whether the run folder's config.yaml holds another config than `text` (by value: the order of its sections
+    is no change)."""
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8")) != yaml.safe_load(dump_config(merged))
+        return yaml.safe_load(path.read_text(encoding="utf-8")) != yaml.safe_load(text)
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return True  # unreadable: kept aside as it is
 
