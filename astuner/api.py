@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import numbers
 import re
 import time
 from dataclasses import dataclass, field, fields
@@ -192,6 +193,10 @@ def dataset_keys(train_dataset: DatasetConfig, eval_dataset: Optional[DatasetCon
 def model_keys(model: TunerModelConfig) -> dict[str, Any]:
     """The astuner keys `model` sets: `max_tokens` is both the per-call limit and the response budget; the
     prompt gets the rest of `max_model_len`."""
+    for name in ("max_model_len", "max_tokens"):  # the keys they set are integers: nan, inf, 1.5 are refused here
+        value = getattr(model, name)
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+            raise UserError(f"TunerModelConfig.{name} must be a positive integer (tokens), got {value!r}")
     if model.max_tokens >= model.max_model_len:
         raise UserError(f"TunerModelConfig.max_tokens ({model.max_tokens}) must be smaller than max_model_len "
                         f"({model.max_model_len}): the prompt needs room too")

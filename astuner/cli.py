@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from astuner.cli_args import OneLineParser
 
@@ -28,9 +28,8 @@ ctrl-c stops the run cleanly; a second ctrl-c stops it at once.
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(
-        prog="astuner", description="Train an AgentScope agent with reinforcement learning.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    """The training form's parser; its help opens with every command's synopsis and a line on each."""
+    parser = OneLineParser(prog="astuner", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--conf", required=True, metavar="PATH", help="the experiment YAML")
     from astuner.backbone import BACKBONES
 
@@ -51,7 +50,50 @@ def build_parser() -> argparse.ArgumentParser:
                         help="check the config, plug-ins, task rows, model folder and env service; print the merged "
                              "config; start nothing, write nothing")
     parser.add_argument("overrides", nargs="*", metavar="OVERRIDE", help="Hydra-style config overrides")
+    commands = _commands()
+    parser.usage = "\n".join(synopsis(parser, commands)).replace("\n", "\n" + " " * len("usage: "))
+    width = max(len("astuner --conf PATH"), *(len(f"astuner {name}") for name in commands)) + 2
+    parser.description = "\n".join(
+        ["Train an AgentScope agent with reinforcement learning, and look at what it learned.", "", "commands:",
+         f"  {'astuner --conf PATH':<{width}}{TRAIN}"]
+        + [f"  {'astuner ' + name:<{width}}{build().description}" for name, (build, _) in commands.items()]
+        + ["  'astuner COMMAND --help' shows a command's own options."])
     return parser
+
+
+TRAIN = "Compose the experiment YAML with the overrides, check it, train (the options below)."
+SYNOPSIS_WIDTH = 112  # `astuner --help`'s synopsis, as docs/configuration.md shows it
+
+
+def synopsis(parser: argparse.ArgumentParser, commands: dict[str, Any]) -> list[str]:
+    """The synopsis of the training form (`parser`) and of each subcommand: one usage each (without -h), wrapped
+    at SYNOPSIS_WIDTH with its continuation lines indented. Made from the parsers, so it is their options."""
+    lines: list[str] = []
+    for one in [parser, *(build() for build, _ in commands.values())]:
+        formatter = argparse.HelpFormatter(one.prog, width=10_000)
+        formatter.add_usage(None, one._actions, one._mutually_exclusive_groups, prefix="")
+        words = _groups(formatter.format_help().strip().replace(" [-h]", ""))
+        line = ""
+        for word in words:
+            if line and len(line) + 1 + len(word) > SYNOPSIS_WIDTH:
+                lines.append(line)
+                line = " " * 8
+            line += word if not line.strip() else " " + word
+        lines.append(line)
+    return lines
+
+
+def _groups(usage: str) -> list[str]:
+    """`usage` in its words, a bracketed group ('[--port N]', '[OVERRIDE ...]') kept whole."""
+    words, depth, word = [], 0, ""
+    for ch in usage:
+        depth += {"[": 1, "{": 1, "]": -1, "}": -1}.get(ch, 0)
+        if ch == " " and depth == 0:
+            words.append(word)
+            word = ""
+        else:
+            word += ch
+    return [w for w in words + [word] if w]
 
 
 def _error(message: str) -> None:
@@ -69,24 +111,28 @@ def _run(args: argparse.Namespace) -> int:
     quiet_libraries(args.verbose)  # before transformers / datasets are imported: they read it then
     from astuner.backbone import get_backbone
     from astuner.config import load_run_config
+    from astuner.errors import Found
     from astuner.plugins import resolve_plugins
 
+    found = Found()  # every problem, from here to the run's own checks, is said together (one per line)
     if args.with_logview:
         from astuner.viewer.server import check_port
 
-        check_port(args.logview_port, "--logview-port")  # before anything is composed or written
-    run_config = load_run_config(args.conf, args.overrides)
-    plugins = resolve_plugins(run_config)
+        found.attempt(check_port, args.logview_port, "--logview-port")
+    run_config = load_run_config(args.conf, args.overrides, found)  # a config that cannot be composed: raised
+    plugins = resolve_plugins(run_config, found)
     run_root = Path(args.exp_dir) / run_config.experiment_name
     from astuner.run import RunRequest, check, execute
 
     request = RunRequest(config=run_config, plugins=plugins, backbone=args.backbone, exp_dir=Path(args.exp_dir),
                          resume=args.resume, with_ray=args.with_ray, with_logview=args.with_logview,
-                         logview_port=args.logview_port)
+                         logview_port=args.logview_port, found=found)
     if args.dry_run:  # the run's own checks, run folder included; offline
         backbone = get_backbone(args.backbone)
-        _, notes = check(request, backbone, offline=True)
-        sys.stdout.write(backbone.dry_run(run_config, run_root.absolute()))
+        _, notes = check(request, backbone, offline=True, report=False)
+        text = found.attempt(backbone.dry_run, run_config, run_root.absolute())[1] if not found.bad_keys else ""
+        found.raise_all()
+        sys.stdout.write(text or "")
         for note in notes:
             print(f"astuner: {note}", file=sys.stderr)
         missing = _missing_backbone(backbone)
@@ -118,8 +164,8 @@ def build_view_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="astuner view",
                            description="Serve a run folder's curves, episodes and tokens in the browser.")
     parser.add_argument("run", metavar="RUN", help="the run folder, e.g. launcher_record/<experiment_name>")
-    parser.add_argument("--port", type=int, default=8765, help="port (default 8765; 0: any free port)")
-    parser.add_argument("--host", default="127.0.0.1",
+    parser.add_argument("--port", type=int, default=8765, metavar="N", help="port (default 8765; 0: any free port)")
+    parser.add_argument("--host", default="127.0.0.1", metavar="ADDRESS",
                         help="address to listen on (default 127.0.0.1; any other exposes the run: a warning says so)")
     return parser
 
@@ -192,16 +238,19 @@ def _second_interrupt_stops_at_once() -> object:
         return None
 
 
+def _commands() -> dict[str, tuple[Callable[[], argparse.ArgumentParser], Callable[[Sequence[str]], int]]]:
+    """`astuner NAME ...`: each subcommand's parser (its description is its line in `astuner --help`) and main."""
+    from astuner.chat import build_parser as build_chat_parser, main as chat
+
+    return {"view": (build_view_parser, _view), "chat": (build_chat_parser, chat),
+            "merge-lora": (build_merge_parser, _merge_lora)}
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["view"]:
-        return _view(argv[1:])
-    if argv[:1] == ["merge-lora"]:
-        return _merge_lora(argv[1:])
-    if argv[:1] == ["chat"]:
-        from astuner.chat import main as chat
-
-        return chat(argv[1:])
+    commands = _commands()
+    if argv[:1] and argv[0] in commands:
+        return commands[argv[0]][1](argv[1:])
     parser = build_parser()
     try:
         args = parser.parse_intermixed_args(argv)
@@ -214,7 +263,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return _run(args)
     except AstunerError as exc:
-        _error(str(exc))
+        for problem in getattr(exc, "lines", [str(exc)]):  # several problems found together: one line each
+            _error(problem)
         return exc.exit_code
     except KeyboardInterrupt:
         _error("interrupted")

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from astuner.errors import DataError, RunDirError
+from astuner.errors import DataError, Found, RunDirError
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
@@ -62,10 +62,12 @@ def check_tasks(cfg: Any, extra_roots: Sequence[Path], offline: bool) -> str:
     val = reader.val_tasks()
     note = f"tasks: {len(train)} training, {len(val)} validation"
     bare = [t for t in train + val if not t.has_query]
-    if bare:  # a raw row is a task: the workflow reads the row; only code that asks for a query needs one
-        which = "no task has a query" if len(bare) == len(train) + len(val) else f"{len(bare)} tasks have no query"
-        note += f"; {which}: the workflow reads their rows (task {bare[0].task_id}: {bare[0].no_query})"
-    return note
+    if bare and len(bare) == len(train) + len(val):  # raw rows are tasks: the workflow reads the rows
+        note += f"; no task has a query: the workflow reads their rows (task {bare[0].task_id}: {bare[0].no_query})"
+    from astuner.rollout.row_problems import uneven_note
+
+    uneven = uneven_note(train, val, cfg.task_reader.query_field)  # rows that lack what most rows have
+    return f"{note}; {uneven}" if uneven else note
 
 
 def check_model(cfg: Any, extra_roots: Sequence[Path], offline: bool = True) -> str:
@@ -130,7 +132,7 @@ _ONE_MODEL = {
 }
 
 
-def policies_note(cfg: Any, backbone: str) -> str:
+def policies_note(cfg: Any, backbone: str, roots: Sequence[Path] = ()) -> str:
     """The agent -> policy map as --dry-run prints it; several policies where the backbone cannot train them
     are refused here, before anything starts."""
     from astuner.errors import ConfigError
@@ -145,35 +147,60 @@ def policies_note(cfg: Any, backbone: str) -> str:
     from astuner.backbone.debug.policies import check_supported
     from astuner.model.engines.factory import pick_engine
 
-    problem = check_supported(cfg, pick_engine(cfg))
+    problem = check_supported(cfg, pick_engine(cfg), roots)
     if problem:
         raise ConfigError(problem)
     return "policies: " + "; ".join(policy_map(cfg).describe())
 
 
 def preflight(run_config: Any, exp_dir: Path, offline: bool, backbone: Any = None,
-              exp_dir_key: tuple[str, str] = ("--exp-dir", "pick another --exp-dir")) -> list[str]:
-    """Every check above, in order, and what the machine gives the run (the `Backbone`'s `plan`: GPUs, engines,
-    memory); notes for the user. Raises the first UserError found."""
-    cfg, roots = run_config.astuner, run_config.extra_roots
-    check_exp_dir(exp_dir, *exp_dir_key)
+              exp_dir_key: tuple[str, str] = ("--exp-dir", "pick another --exp-dir"),
+              found: Optional[Found] = None) -> list[str]:
+    """Every check above, and what the machine gives the run (the `Backbone`'s `plan`: GPUs, engines, memory);
+    notes for the user. Each check runs whatever the others found, unless it reads a key `found` holds as refused
+    (or, for the policies and the plan, any refused key; the plan also needs the model folder checked); once a
+    problem is found, what needs the network is not checked. Without `found`, raises what was found (every
+    problem); with it, leaves them there."""
     from astuner.records.monitors import check_installed
 
-    check_installed(cfg.trainer_common.logger)
-    notes = [check_tasks(cfg, roots, offline), check_model(cfg, roots, offline)]
-    if backbone is None:
-        return notes
+    own = Found() if found is None else found
+    cfg, roots = run_config.astuner, run_config.extra_roots
+    own.attempt(check_exp_dir, exp_dir, *exp_dir_key)
+    if own.sound("astuner.trainer_common.logger"):
+        own.attempt(check_installed, cfg.trainer_common.logger)
+    offline = offline or bool(own)  # a run refused already is not kept waiting for the hub: checked offline
+    notes: list[str] = []
+    if own.sound("astuner.task_reader"):
+        notes.append(own.attempt(check_tasks, cfg, roots, offline)[1] or "")
+    model_ok = own.sound("astuner.model", "astuner.auxiliary_models", "astuner.policies")
+    if model_ok:
+        model_ok, note = own.attempt(check_model, cfg, roots, offline)
+        notes.append(note or "")
+    notes = [note for note in notes if note]
+    if backbone is not None:
+        notes += _backbone_notes(run_config, backbone, own, model_ok)
+    if found is None:
+        own.raise_all()
+    return notes
+
+
+def _backbone_notes(run_config: Any, backbone: Any, found: Found, model_ok: bool) -> list[str]:
+    """What the backbone makes of the config: auxiliary models and policies it cannot serve, the keys it does not
+    read, its machine plan."""
     from astuner.config.keys import unread_by
+    from astuner.errors import ConfigError
 
-    if cfg.auxiliary_models and backbone.name != "debug":
-        from astuner.errors import ConfigError
-
-        raise ConfigError(f"astuner.auxiliary_models: served on the debug backbone only in this version (backbone "
-                          f"{backbone.name!r}); run there, or remove them")
+    cfg, notes = run_config.astuner, []
+    if cfg.auxiliary_models and backbone.name != "debug" and found.sound("astuner.auxiliary_models"):
+        found.add(ConfigError(f"astuner.auxiliary_models: served on the debug backbone only in this version "
+                              f"(backbone {backbone.name!r}); run there, or remove them"))
+    if found.bad_keys:  # the policies and the plan read much of the config: only a whole one
+        return notes
     if cfg.policies:
-        notes.append(policies_note(cfg, backbone.name))
+        notes.append(found.attempt(policies_note, cfg, backbone.name, run_config.extra_roots)[1])
     unread = unread_by(cfg, backbone.name)
     if unread:  # the declaration says which backbones read each key (docs/configuration.md)
         notes.append(f"set but not read by the {backbone.name} backbone (no effect there): {', '.join(unread)}")
-    plan = backbone.plan(run_config)
-    return notes + ([plan] if plan else [])
+    if model_ok:  # the plan sizes the engines from the model folder
+        notes.append(found.attempt(backbone.plan, run_config)[1])
+    return [note for note in notes if note]

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from astuner.config import RunConfig
+from astuner.errors import Found
 from astuner.plugins import Plugins
 from astuner.records.run_dir import RunDir
 
@@ -36,32 +37,42 @@ class RunRequest:
     key_name: Callable[[str], str] = lambda key: key  # an astuner key as the user set it (tune(): its argument)
     # what set exp_dir, and how to change it (tune(): a Trinity config's checkpoint_root_dir, or its working folder)
     exp_dir_key: tuple[str, str] = ("--exp-dir", "pick another --exp-dir")
+    # what was found wrong before the request was made (the config's validation, its plug-ins): reported with
+    # what the checks find, all together; the config's refused values are left at their defaults meanwhile
+    found: Found = field(default_factory=Found)
 
 
-def check(request: RunRequest, backbone: Any, offline: bool) -> tuple[Path, list[str]]:
+def check(request: RunRequest, backbone: Any, offline: bool, report: bool = True) -> tuple[Path, list[str]]:
     """Every check made before anything is written, for the run and for `--dry-run` (`offline`: what needs the
     network is said, not checked): the run folder (taken by another run without --resume?), the preflight, and
-    with --resume the backbone's resume checks. The run folder's path and the preflight's notes."""
-    from astuner.errors import UserError
+    with --resume the backbone's resume checks. Each runs whatever the others (and what `request.found` holds
+    already: the config's validation, its plug-ins) found; then every problem is raised together (`report`
+    False: left in `request.found` for the caller to add to and raise). The run folder's path and the
+    preflight's notes."""
     from astuner.preflight import preflight
     from astuner.records.run_dir import check_run_dir, holds_run
 
-    run = request.config
-    try:
-        root = check_run_dir(request.exp_dir, run.experiment_name, request.resume)
-        notes = preflight(run, request.exp_dir, offline=offline, backbone=backbone, exp_dir_key=request.exp_dir_key)
-        if request.resume and holds_run(root):  # before config.yaml is rewritten: a refused resume changes nothing
-            backbone.check_resume(run, RunDir(root, resumed=True, layout=request.layout).checkpoints)
-    except UserError as exc:
-        raise request.explain(exc) from None
+    run, found = request.config, request.found
+    root = Path(request.exp_dir) / run.experiment_name
+    if found.sound("astuner.experiment_name"):  # else the folder is not the one the user named
+        found.attempt(check_run_dir, request.exp_dir, run.experiment_name, request.resume)
+    notes = preflight(run, request.exp_dir, offline=offline, backbone=backbone, exp_dir_key=request.exp_dir_key,
+                      found=found)
+    # before config.yaml is rewritten: a refused resume changes nothing
+    if request.resume and not found and holds_run(root):
+        found.attempt(backbone.check_resume, run, RunDir(root, resumed=True, layout=request.layout).checkpoints)
+    if report:
+        found.raise_all(request.explain)
     return root, notes
 
 
 def execute(request: RunRequest) -> RunDir:
-    """Run `request` to its end; the run folder. Raises what the checks or the backbone raised."""
-    from astuner.backbone import load_backbone
+    """Run `request` to its end; the run folder. Raises what the checks or the backbone raised: every problem
+    the checks found, a backbone whose package is missing among them."""
+    from astuner.backbone import get_backbone
 
-    backbone = load_backbone(request.backbone)
+    backbone = get_backbone(request.backbone)
+    request.found.attempt(backbone.check_available)
     root, notes = check(request, backbone, offline=False)
     # --with-logview: its port taken now, so a busy one is refused before the run folder exists
     viewer = _bind_logview(root, request) if request.with_logview else None

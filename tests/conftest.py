@@ -103,6 +103,38 @@ def _isolate_imports():
     sys.path[:] = path_before
 
 
+@pytest.fixture(autouse=True)
+def _runs_outside_the_checkout(monkeypatch, tmp_path_factory):
+    """A run in-process gets its own folders: a run folder (the default --exp-dir, launcher_record/, from the
+    repository's root) or a tiny model created in the checkout would depend on what the user ran there (a
+    tutorial's run folder refuses the test's run) and leave the test's runs behind. Subprocesses are not
+    watched: give them --exp-dir and astuner.model.path in a temporary folder."""
+    from astuner.model import model_path
+    from astuner.records import run_dir
+
+    basetemp = tmp_path_factory.getbasetemp().resolve()
+
+    def outside(path: Path, what: str) -> None:
+        resolved = Path(path).resolve()
+        if resolved.is_relative_to(REPO_ROOT) and not resolved.is_relative_to(basetemp):
+            pytest.fail(f"the test's {what} {resolved} is in the checkout: give the run its own folder under "
+                        f"tmp_path", pytrace=False)
+
+    check_run_dir, tiny_model_folder = run_dir.check_run_dir, model_path.tiny_model_folder
+
+    def checked_run_dir(exp_dir, experiment_name, resume):
+        outside(Path(exp_dir) / experiment_name, "run folder (--exp-dir)")
+        return check_run_dir(exp_dir, experiment_name, resume)
+
+    def checked_tiny_model(raw):
+        folder = tiny_model_folder(raw)
+        outside(folder, "tiny model (astuner.model.path)")
+        return folder
+
+    monkeypatch.setattr(run_dir, "check_run_dir", checked_run_dir)
+    monkeypatch.setattr(model_path, "tiny_model_folder", checked_tiny_model)
+
+
 GSM8K_MISSING = f"GSM8K not found at {GSM8K_DIR} (set ASTUNER_GSM8K_DIR to a folder with train.jsonl, test.jsonl)"
 
 

@@ -21,10 +21,11 @@ class FakeBackbone(DebugBackbone):
             (ctx.run_dir.root / "metrics.jsonl").write_text('{"step": 1}\n')
             raise RuntimeError("internal bug after a step")
         if mode == "slow_cleanup":  # a run whose shutdown takes long (the first Ctrl-C lands in the sleep)
-            (ctx.run_dir.root / "ran.txt").write_text(ctx.config.experiment_name)
             try:
+                (ctx.run_dir.root / "ran.txt").write_text(ctx.config.experiment_name)
                 time.sleep(120)
             finally:
+                (ctx.run_dir.root / "cleaning_up.txt").write_text("the first Ctrl-C arrived")
                 time.sleep(120)
         logger.info("fake backbone ran")
         (ctx.run_dir.root / "ran.txt").write_text(ctx.config.experiment_name)

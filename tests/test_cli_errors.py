@@ -277,3 +277,50 @@ def test_several_problems_are_all_reported(seed, capsys):
     code, _, err = run_cli(["--conf", YAML], capsys)
     assert code == 2
     assert "num_repeats" in err and "temperature must be a number" in err
+
+
+def _files(root: Path) -> list[Path]:
+    return sorted(p.relative_to(root) for p in root.rglob("*") if "__pycache__" not in p.parts)
+
+
+@pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "run"])
+def test_every_problem_is_said_one_per_line_the_taken_run_folder_among_them(seed, capsys, monkeypatch, dry_run):
+    """A run folder that holds a run hides none of the other problems (issue 38): the config's validation, a
+    plug-in, the run folder, a tracker, the task rows and the model folder each say theirs on a line of their
+    own, in that order; exit 2, nothing written, by --dry-run and by the run alike."""
+    import importlib.util
+
+    _write_extra_files(seed.root)
+    (seed.root / "launcher_record" / "math_agent").mkdir(parents=True)
+    (seed.root / "launcher_record" / "math_agent" / "config.yaml").write_text("astuner: {}\n")
+    seed.yaml_path.write_text(dataset_file("data/empty.jsonl")(SEED_YAML))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a))
+    before = _files(seed.root)
+    code, out, err = run_cli(["--conf", YAML, *(["--dry-run"] if dry_run else []), "astuner.rollout.temperature=-1",
+                              "astuner.task_judge.judge_protocol=math_agent.math_agent->Nope",
+                              "astuner.trainer_common.logger=[console,mlflow]", "astuner.model.path=models/no_type"],
+                             capsys)
+    expected = ["astuner.rollout.temperature must be >= 0", "'Nope' is not defined",
+                "launcher_record/math_agent already holds a run", "includes mlflow, which is not installed",
+                "empty.jsonl: the file holds no tasks", "no_type/config.json names no model_type"]
+    lines = err.strip().splitlines()
+    assert code == 2 and out == "", err
+    assert len(lines) == len(expected), err
+    for line, fragment in zip(lines, expected):
+        assert line.startswith("astuner: error: ") and fragment in line and len(line) <= 300, (fragment, line)
+    assert _files(seed.root) == before
+
+
+def test_a_refused_key_is_said_once_not_again_by_the_checks_that_read_it(seed, capsys):
+    """The checks that follow the validation skip what reads a refused key (its value is not the user's): a
+    refused experiment_name says nothing of the default's run folder, a refused model.path nothing of a model
+    folder; an independent problem is still said."""
+    (seed.root / "launcher_record" / "math_agent").mkdir(parents=True)
+    (seed.root / "launcher_record" / "math_agent" / "config.yaml").write_text("astuner: {}\n")
+    code, _, err = run_cli(["--conf", YAML, "--dry-run", "astuner.experiment_name=a/b", "astuner.model.path=5",
+                            "astuner.rollout.agentscope_workflow=math_agent.math_agent->Nope"], capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 3, err
+    assert "is not a folder name" in lines[0] and "astuner.model.path must be a string" in lines[1], err
+    assert "'Nope' is not defined" in lines[2], err

@@ -143,12 +143,17 @@ def test_second_ctrl_c_ends_with_one_line(seed, fake, tmp_path):
     proc = subprocess.Popen([sys.executable, str(script), "--conf", YAML, "+fake_backbone_mode=slow_cleanup"],
                             cwd=seed.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**__import__("os").environ, "PYTHONPATH": str(REPO_ROOT)})
-    ready = seed.root / "launcher_record" / "math_agent" / "ran.txt"
-    deadline = time.monotonic() + 60
-    while not ready.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    run = seed.root / "launcher_record" / "math_agent"
+
+    def wait_for(name):  # each Ctrl-C once the run shows it is where it should land (two at once may merge)
+        deadline = time.monotonic() + 300
+        while not (run / name).exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        assert (run / name).exists(), proc.communicate()[1][-2000:]
+
+    wait_for("ran.txt")
     proc.send_signal(signal.SIGINT)
-    time.sleep(1.0)
+    wait_for("cleaning_up.txt")
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130
@@ -185,18 +190,24 @@ def test_second_ctrl_c_in_the_debug_trainer_stops_at_once(tmp_path):
         "  rollout: {agentscope_workflow: 'slow.py->SlowWorkflow', engine: hf, num_repeat: 2, max_model_len: 64,"
         " max_response_length_in_one_turn: 4, compute_madness_checklist: []}\n"
         "  trainer_common: {total_training_steps: 3, device: cpu, val_before_train: false}\n")
-    proc = subprocess.Popen([sys.executable, "-m", "astuner", "--conf", "run.yaml"], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
-    deadline = time.monotonic() + 120
-    while not (tmp_path / "in_step.txt").exists() and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.1)
-    assert proc.poll() is None, proc.communicate()[1][-2000:]
+    log = tmp_path / "stderr.txt"
+    with open(log, "w") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", "astuner", "--conf", "run.yaml"], cwd=tmp_path,
+                                stdout=subprocess.DEVNULL, stderr=stderr, text=True,
+                                env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+
+    def wait_for(seen):  # each Ctrl-C once the run shows it is where it should land (two at once may merge)
+        deadline = time.monotonic() + 300
+        while not seen() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        assert seen() and proc.poll() is None, log.read_text()[-2000:]
+
+    wait_for(lambda: (tmp_path / "in_step.txt").exists())
     proc.send_signal(signal.SIGINT)
-    time.sleep(1.0)
-    assert proc.poll() is None  # still finishing the step
+    wait_for(lambda: "Ctrl-C: finishing the current step" in log.read_text())  # and still finishing it
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    proc.wait(timeout=60)
+    err = log.read_text()
     assert proc.returncode == 130, err[-2000:]
     assert err.strip().splitlines()[-1] == "astuner: error: interrupted twice; stopped at once"
     assert "Traceback" not in err and "Task was destroyed" not in err

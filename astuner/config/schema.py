@@ -241,6 +241,9 @@ class OpenAIGatewayConfig:
         False, "Sample at a request's temperature / top_p. false: the run's rollout temperature and top_p, which the "
         "trainer's log-probs assume; a request's own values are logged once and not used. max_tokens is always "
         "taken, up to max_response_length_in_one_turn.")
+    max_request_bytes: int = key(
+        0, "Largest chat-completions body taken, in bytes; a larger one is answered 413 before it is read. 0 = 64 "
+        "bytes per token of rollout.max_model_len, at least 1 MiB.", ge=0)
 
 
 @dataclass
@@ -560,4 +563,6 @@ class AstunerConfig:
         "rollout.agent_policy says which agent uses which. Each trainable one has its own samples, advantages, "
         "optimizer, checkpoint (policies/<name>/) and metrics (policy/<name>/...). {} = the one policy of "
         "astuner.model. Debug backbone only (verl and Trinity train one model per job).", backbones=DEBUG,
-        rule=lambda v: all(_folder_name(n) for n in v), must="policy names that are folder names")
+        rule=lambda v: all(_folder_name(n) for n in v), must="policy names that are folder names",
+        message=lambda path, v: f"{path}: {next(n for n in v if not _folder_name(n))!r} is not a folder name (each "
+                                f"policy's checkpoint is policies/<name>/); use letters, digits, '.', '_' or '-'")

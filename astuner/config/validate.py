@@ -162,18 +162,25 @@ class _Builder:
 
 def validate_astuner_tree(tree: Any, src: SourceMap) -> AstunerConfig:
     """Typed `AstunerConfig` from the composed `astuner:` mapping, or `ConfigError` listing every problem."""
+    cfg, problems, _ = check_astuner_tree(tree, src)
+    if problems:
+        raise ConfigError("\n".join(problems))
+    return cfg
+
+
+def check_astuner_tree(tree: Any, src: SourceMap) -> tuple[AstunerConfig, list[str], set[str]]:
+    """The typed config (a refused value left at its default), every problem (one line each) and the keys refused
+    (the checks that follow skip what reads them). `ConfigError` when the tree is no mapping at all."""
     builder = _Builder(src)
     if not isinstance(tree, Mapping):
         raise ConfigError(f"{src.conf_path}: the top-level key 'astuner' must be a mapping, got {tree!r}")
     cfg = builder.build(AstunerConfig, tree, "astuner")
     _check_required(cfg, builder)
     _check_rules(cfg, builder)
-    if builder.errors:
-        # a key whose value is `${other}` repeats other's error: said once, where other was set
-        taken = src.interpolations
-        raise ConfigError("\n".join(error for error, key in zip(builder.errors, builder.error_keys)
-                                    if taken.get(key) not in builder.bad))
-    return cfg
+    # a key whose value is `${other}` repeats other's error: said once, where other was set
+    taken = src.interpolations
+    problems = [error for error, key in zip(builder.errors, builder.error_keys) if taken.get(key) not in builder.bad]
+    return cfg, problems, set(builder.bad)
 
 
 def _value(cfg: Any, dotted: str) -> Any:
@@ -200,7 +207,9 @@ def _check_rules(cfg: AstunerConfig, b: _Builder) -> None:
             b.error(path, f"{path} is not set; {how}")
 
     tr = cfg.task_reader
-    if tr.type == "huggingface_dat_repo":
+    if not ok("astuner.task_reader.type"):  # a refused type is left at its default: its keys are not the user's
+        pass
+    elif tr.type == "huggingface_dat_repo":
         required("astuner.task_reader.huggingface_dat_repo.dataset_path", tr.huggingface_dat_repo.dataset_path,
                  "set it to a hub id (openai/gsm8k) or a local dataset folder or file")
     elif tr.type == "dataset_file":

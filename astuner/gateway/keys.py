@@ -2,7 +2,8 @@
 
 A key is issued by `ModelTuner.as_openai_base_url()` (or for the episode's task when the gateway is on) and
 expires when the episode ends (its recorder closes); a request with a missing, unknown or expired key is
-answered 401 and reaches neither the engine nor the records.
+answered 401 and reaches neither the engine nor the records. `on_expire` (the gateway's) is told which key expired,
+so that the connections that key's requests came on can be closed.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import secrets
 import threading
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 PREFIX = "astuner-ep-"
 
@@ -26,6 +27,7 @@ class KeyRing:
         self._leases: dict[str, Lease] = {}
         self._issued: dict[tuple[int, str], str] = {}  # (recorder id, agent) -> key: one key per episode and agent
         self._lock = threading.Lock()
+        self.on_expire: Optional[Callable[[str], None]] = None  # called with each key as it expires
 
     def issue(self, tuner: Any, agent: str) -> str:
         recorder = tuner.recorder
@@ -53,6 +55,8 @@ class KeyRing:
         with self._lock:
             self._leases.pop(key, None)
             self._issued.pop(slot, None)
+        if self.on_expire is not None:
+            self.on_expire(key)
 
     def __len__(self) -> int:
         return len(self._leases)

@@ -3,11 +3,12 @@
 and errors in OpenAI's shape (`{"error": {"message", "type", "param", "code"}}`).
 
 Request fields that would change what is generated but that astuner's engines cannot honour (`stop`, `logit_bias`,
-penalties, `n` > 1, a JSON `response_format`, `logprobs`, vLLM's extensions such as `top_k` or
-`chat_template_kwargs` away from their neutral values) are refused with a 400 naming the field, not ignored; fields
-that do not change the tokens (`model`, `user`, `seed`, `metadata`, `parallel_tool_calls`, ...) are taken and not
-used, and other unknown fields are logged once and not used. Replies are JSON with non-ASCII escaped, so that any
-reply a policy writes (a lone surrogate escape included) can be sent.
+penalties, `n` > 1, a JSON `response_format`, `logprobs`, `reasoning_effort`, vLLM's extensions such as `top_k` or
+`chat_template_kwargs` away from their neutral values) are refused with a 400 naming the field, not ignored.
+`parallel_tool_calls: false` is honoured: a reply with several tool calls returns only the first. Fields taken and
+not used (`seed`, `user`, `metadata`, ...: `UNUSED`) and unknown fields are named in `ChatRequest.unused` /
+`ignored`, which the server logs once per field. Replies are JSON with non-ASCII escaped, so that any reply a policy
+writes (a lone surrogate escape included) can be sent.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 # vLLM's extensions that would change the prompt or the tokens (refused unless at their neutral value)
@@ -25,10 +26,16 @@ UNSUPPORTED = {"top_k": (None, -1, 0), "min_p": (None, 0), "repetition_penalty":
                "continue_final_message": (None, False), "chat_template": (None,), "chat_template_kwargs": (None, {}),
                "guided_json": (None,), "guided_regex": (None,), "guided_choice": (None,), "guided_grammar": (None,),
                "structured_outputs": (None,), "stop_token_ids": (None, []), "bad_words": (None, []),
-               "logits_processors": (None, []), "prompt_logprobs": (None,), "truncate_prompt_tokens": (None,)}
-IGNORED = frozenset({"model", "user", "seed", "metadata", "store", "parallel_tool_calls", "service_tier",
-                     "reasoning_effort", "modalities", "prediction", "top_logprobs", "web_search_options", "verbosity",
-                     "safety_identifier", "prompt_cache_key"})
+               "logits_processors": (None, []), "prompt_logprobs": (None,), "truncate_prompt_tokens": (None,),
+               # OpenAI's own that change the reply: thinking and length are the run's chat template's and model's
+               "reasoning_effort": (None,), "verbosity": (None,), "modalities": (None, ["text"]),
+               "web_search_options": (None,), "top_logprobs": (None, 0)}
+FIXES = {"chat_template_kwargs": " (set astuner.rollout.chat_template_kwargs for the run)",
+         "reasoning_effort": " (the run's chat template decides thinking: astuner.rollout.chat_template_kwargs)"}
+# taken and not used (logged once per field by the server): they do not change the reply, or only as a hint
+UNUSED = {"seed": "replies are sampled by the run's engine, which takes no seed per request",
+          "user": "", "metadata": "", "store": "", "service_tier": "", "prediction": "", "safety_identifier": "",
+          "prompt_cache_key": ""}
 NO_PENALTY = ("presence_penalty", "frequency_penalty")
 
 
@@ -59,7 +66,9 @@ class ChatRequest:
     stream: bool = False
     include_usage: bool = False
     model: str = "astuner-policy"
-    ignored: list[str] = field(default_factory=list)  # fields not known here (logged once by the server)
+    parallel_tool_calls: bool = True  # false: only the reply's first tool call is returned
+    unused: list[str] = field(default_factory=list)  # UNUSED fields it sets (logged once per field by the server)
+    ignored: list[str] = field(default_factory=list)  # fields not known here (logged once per field by the server)
 
 
 def _neutral(value: Any, neutral: tuple) -> bool:
@@ -77,12 +86,18 @@ def _number(body: dict, name: str, low: float, high: float) -> Optional[float]:
     return float(value)
 
 
-def _tool_choice(value: Any) -> Optional[str]:
+def _tool_choice(value: Any, tools: Any) -> Optional[str]:
     if value is None or value in ("auto", "none", "required"):
         return value
     if isinstance(value, dict) and value.get("type") == "function" and isinstance(value.get("function"), dict) \
             and isinstance(value["function"].get("name"), str):
-        return value["function"]["name"]
+        name = value["function"]["name"]
+        names = [t["function"].get("name") for t in tools or ()
+                 if isinstance(t, dict) and isinstance(t.get("function"), dict)]
+        if name not in names:
+            raise RequestError(f"'tool_choice' names function {name!r}, which is not in 'tools'"[:300],
+                               param="tool_choice")
+        return name
     raise RequestError("'tool_choice' must be 'auto', 'none', 'required' or {'type': 'function', 'function': "
                        "{'name': ...}}", param="tool_choice")
 
@@ -114,9 +129,8 @@ def parse_request(body: Any) -> ChatRequest:
         raise RequestError("'logprobs' is not supported by the gateway", param="logprobs")
     for name, neutral in UNSUPPORTED.items():
         if name in body and not _neutral(body[name], neutral):
-            fix = " (set astuner.rollout.chat_template_kwargs for the run)" if name == "chat_template_kwargs" else ""
-            raise RequestError(f"'{name}' is not supported: it would change the tokens the model is trained on{fix}",
-                               param=name)
+            raise RequestError(f"'{name}' is not supported: it would change the tokens the model is trained on"
+                               f"{FIXES.get(name, '')}", param=name)
     if body.get("functions") or body.get("function_call"):
         raise RequestError("the legacy 'functions' / 'function_call' fields are not supported; send 'tools'",
                            param="functions")
@@ -130,12 +144,17 @@ def parse_request(body: Any) -> ChatRequest:
     if not isinstance(stream, bool) and stream is not None:
         raise RequestError("'stream' must be true or false", param="stream")
     options = body.get("stream_options") or {}
-    tool_choice = _tool_choice(body.get("tool_choice"))
+    tool_choice = _tool_choice(body.get("tool_choice"), tools)
     if tool_choice not in (None, "auto", "none") and not tools:
         raise RequestError(f"'tool_choice' {tool_choice!r} needs 'tools'", param="tool_choice")
-    known = set(UNSUPPORTED) | IGNORED | {"messages", "n", "stop", "logit_bias", *NO_PENALTY, "response_format", "logprobs", "functions",
-                       "function_call", "max_tokens", "max_completion_tokens", "tools", "tool_choice", "stream",
-                       "stream_options", "temperature", "top_p"}
+    parallel = body.get("parallel_tool_calls")
+    if parallel is not None and not isinstance(parallel, bool):
+        raise RequestError(f"'parallel_tool_calls' must be true or false, got {parallel!r}"[:300],
+                           param="parallel_tool_calls")
+    known = set(UNSUPPORTED) | set(UNUSED) | {
+        "messages", "model", "n", "stop", "logit_bias", *NO_PENALTY, "response_format", "logprobs", "functions",
+        "function_call", "max_tokens", "max_completion_tokens", "tools", "tool_choice", "parallel_tool_calls",
+        "stream", "stream_options", "temperature", "top_p"}
     model = body.get("model")
     return ChatRequest(
         messages=messages, tools=tools or None, tool_choice=tool_choice,
@@ -143,7 +162,8 @@ def parse_request(body: Any) -> ChatRequest:
         max_tokens=max_tokens, stream=bool(stream),
         include_usage=bool(isinstance(options, dict) and options.get("include_usage")),
         model=model if isinstance(model, str) and model else "astuner-policy",
-        ignored=sorted(k for k in body if k not in known))
+        parallel_tool_calls=parallel is not False,
+        unused=sorted(k for k in UNUSED if body.get(k) is not None), ignored=sorted(k for k in body if k not in known))
 
 
 # -- replies -----------------------------------------------------------------------------------------------------
@@ -165,6 +185,15 @@ def tool_calls_of(done: Any) -> list[dict[str, Any]]:
     return [{"id": call_id, "type": "function",
              "function": {"name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)}}
             for call_id, call in zip(done.call_ids, done.parsed.tool_calls)]
+
+
+def first_tool_call_only(done: Any) -> Any:
+    """The reply as returned under `parallel_tool_calls: false`: its first tool call only. Its record (what is
+    trained on) stays as the engine generated it."""
+    if len(done.parsed.tool_calls) <= 1:
+        return done
+    return replace(done, parsed=replace(done.parsed, tool_calls=done.parsed.tool_calls[:1]),
+                   call_ids=done.call_ids[:1])
 
 
 def finish_reason(done: Any) -> str:

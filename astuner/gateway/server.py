@@ -13,11 +13,17 @@ closed stream) leaves nothing recorded; the generation it started runs to its en
 A synchronous client (openai.OpenAI, httpx.Client, requests) inside an async workflow blocks the loop the engine
 serves on, and its own request can then never be answered: when that loop has not begun the generation after
 `STALL_S` seconds, the gateway answers 503 naming the fix (rollout.run_workflow_in_thread).
+
+When an episode ends, the connections its requests came on are closed (once idle; those that requests of a live
+episode came on too are left open): an agent that opens a client per episode and never closes it leaves no
+socket of the gateway's open, and its own end is freed when the collector frees the client
+(astuner.rollout.gc_freeze).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import socket
 import threading
@@ -27,13 +33,14 @@ from typing import Any, Optional
 
 from loguru import logger
 
-from astuner.errors import ConfigError
-from astuner.gateway import protocol
+from astuner.errors import BadModelInput, ConfigError
+from astuner.gateway import limits, protocol
 from astuner.gateway.keys import KeyRing, Lease
 from astuner.schema.calls import EpisodeClosed
 
 STALL_S = 20.0  # seconds the engine's loop may take to begin a generation before it counts as blocked
 START_S = 30.0
+INLINE_BYTES = 64 << 10  # a larger body is parsed, rendered and tokenized off the server's loop
 
 
 class LoopBlocked(RuntimeError):
@@ -87,7 +94,16 @@ class Gateway:
     def __init__(self, host: str = "127.0.0.1", port: int = 0):
         self.host, self.port = host, port
         self.keys = KeyRing()
+        self.keys.on_expire = self._episode_ended
+        # the connections (by the client's address) each live key's requests came on, and the reverse
+        self._peers: dict[str, set[Any]] = {}
+        self._peer_keys: dict[Any, set[str]] = {}
+        self._peers_lock = threading.Lock()
         self._warned: set[str] = set()
+        self._warned_lock = threading.Lock()
+        # large bodies are prepared here: the server's loop answers other requests meanwhile
+        self._preparing = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="astuner-gateway")
+        self._ends: Optional[limits.EpisodeEnds] = None
         self._server: Any = None
         self._thread: Optional[threading.Thread] = None
         self.loop: Optional[asyncio.AbstractEventLoop] = None
@@ -145,6 +161,7 @@ class Gateway:
             self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout=10)
+        self._preparing.shutdown(wait=False, cancel_futures=True)
 
     # -- the app ---------------------------------------------------------------------------------------------
     def app(self) -> Any:
@@ -161,7 +178,51 @@ class Gateway:
                          exception_handlers={404: not_found, 405: not_found})
 
     def _lease(self, request: Any) -> Optional[Lease]:
-        return self.keys.lookup(_bearer(request.headers.get("authorization")))
+        key = _bearer(request.headers.get("authorization"))
+        lease = self.keys.lookup(key)
+        peer = request.scope.get("client")
+        if lease is not None and peer is not None:
+            with self._peers_lock:
+                self._peers.setdefault(key, set()).add(peer)
+                self._peer_keys.setdefault(peer, set()).add(key)
+                ended = self.keys.lookup(key) is None  # the episode ended meanwhile: its expiry found no peer
+                idle = self._forget(key) if ended else []
+            if idle:
+                self._close_peers(idle)
+        return lease
+
+    # -- connections of ended episodes ---------------------------------------------------------------------
+    def _forget(self, key: str) -> list[Any]:
+        """Drop an expired key's connections (under _peers_lock); those no live key's requests came on."""
+        idle = []
+        for peer in self._peers.pop(key, ()):
+            keys = self._peer_keys.get(peer, set())
+            keys.discard(key)
+            if not keys:
+                self._peer_keys.pop(peer, None)
+                idle.append(peer)
+        return idle
+
+    def _episode_ended(self, key: str) -> None:
+        """A key expired (its episode ended, on the rollout's thread): its connections closed on the server's loop."""
+        with self._peers_lock:
+            idle = self._forget(key)
+        loop = self.loop
+        if idle and loop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(self._close_peers, idle)
+            except RuntimeError:  # the loop closed meanwhile: the server is gone, and its connections with it
+                pass
+
+    def _close_peers(self, peers: list[Any]) -> None:
+        """On the server's loop: close these clients' connections, each once its reply is out, unless a live key's
+        request came on it since."""
+        state = getattr(self._server, "server_state", None)
+        with self._peers_lock:
+            peers_left = {p for p in peers if p not in self._peer_keys}
+        for connection in list(getattr(state, "connections", ())):
+            if getattr(connection, "client", None) in peers_left:
+                connection.shutdown()  # uvicorn's: closes an idle connection, else after the reply in progress
 
     @staticmethod
     def _unauthorized() -> Any:
@@ -177,6 +238,14 @@ class Gateway:
         return _json({"object": "list", "data": [{"id": lease.tuner.model_name, "object": "model", "created": 0,
                                                    "owned_by": "astuner"}]})
 
+    def _once(self, name: str, message: str) -> None:
+        """Log `message` the first time `name` comes up in this process."""
+        with self._warned_lock:
+            if name in self._warned:
+                return
+            self._warned.add(name)
+        logger.info(message)
+
     def _sampling(self, tuner: Any, req: protocol.ChatRequest) -> Any:
         run = tuner.sampling
         sampling = replace(run, max_tokens=min(req.max_tokens, run.max_tokens) if req.max_tokens else run.max_tokens)
@@ -184,12 +253,46 @@ class Gateway:
         if getattr(tuner.gateway_settings, "request_sampling", False):
             return replace(sampling, **asked)
         differs = {k: v for k, v in asked.items() if v != getattr(run, k)}
-        if differs and "sampling" not in self._warned:
-            self._warned.add("sampling")
-            logger.info(f"OpenAI gateway: a request asked for {differs}; replies are sampled at the run's temperature "
-                        f"{run.temperature} / top_p {run.top_p}, which training assumes "
-                        f"(astuner.rollout.openai_gateway.request_sampling: true takes the request's)")
+        if differs:
+            self._once("sampling", f"OpenAI gateway: a request asked for {differs}; replies are sampled at the run's "
+                                   f"temperature {run.temperature} / top_p {run.top_p}, which training assumes "
+                                   f"(astuner.rollout.openai_gateway.request_sampling: true takes the request's)")
         return sampling
+
+    def _prepare(self, lease: Lease, raw: bytes) -> tuple[protocol.ChatRequest, Any]:
+        """The body parsed, checked, rendered and tokenized (`ModelTuner.prepare`). RequestError for what the
+        client must fix (a template that cannot take the messages among it); EpisodeClosed; anything else is the
+        gateway's own failure."""
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            raise protocol.RequestError("the request body is not JSON (or nests too deep)") from None
+        req = protocol.parse_request(body)
+        for name in req.unused:
+            why = protocol.UNUSED[name]
+            self._once(name, f"OpenAI gateway: request field {name!r} is accepted and not used{': ' if why else ''}"
+                             f"{why} (logged once)")
+        for name in req.ignored:
+            self._once(name, f"OpenAI gateway: request field {name!r} is not known here and not used (logged once)")
+        try:
+            call = lease.tuner.prepare(req.messages, req.tools, req.tool_choice, target=lease.agent,
+                                       sampling=self._sampling(lease.tuner, req))
+        except (protocol.RequestError, EpisodeClosed):
+            raise
+        except BadModelInput as exc:  # messages or tools the model cannot take
+            raise protocol.RequestError(str(exc)[:500]) from None
+        except Exception as exc:
+            if protocol.not_unicode(body):
+                raise protocol.RequestError("the request holds text that is not valid Unicode (a lone surrogate "
+                                            "escape such as \\ud800)") from None
+            if not _in_template(exc):
+                raise
+            why = f"{type(exc).__name__}: {exc}"[:300]
+            self._once("template", f"OpenAI gateway: the model's chat template refused a request's messages and "
+                                   f"tools ({why}); answered 400 (logged once)")
+            raise protocol.RequestError(f"the messages and tools cannot be rendered by the model's chat template: "
+                                        f"{why}") from None
+        return req, call
 
     async def chat(self, request: Any) -> Any:
         from starlette.responses import StreamingResponse
@@ -198,50 +301,54 @@ class Gateway:
         if lease is None:
             return self._unauthorized()
         tuner = lease.tuner
-        body: Any = None
         try:
-            try:
-                body = json.loads(await request.body())
-            except (ValueError, UnicodeDecodeError, RecursionError):
-                raise protocol.RequestError("the request body is not JSON (or nests too deep)") from None
-            req = protocol.parse_request(body)
-            for name in req.ignored:
-                if name not in self._warned:
-                    self._warned.add(name)
-                    logger.info(f"OpenAI gateway: request field {name!r} is not used")
-            call = tuner.prepare(req.messages, req.tools, req.tool_choice, target=lease.agent,
-                                 sampling=self._sampling(tuner, req))
+            raw = await limits.read_body(request, *limits.body_limit(tuner))
+            if len(raw) > INLINE_BYTES:  # rendering and tokenizing it takes a while: not on the loop
+                req, call = await asyncio.get_running_loop().run_in_executor(self._preparing, self._prepare, lease,
+                                                                             raw)
+            else:
+                req, call = self._prepare(lease, raw)
         except protocol.RequestError as exc:
             return _error(exc)
         except EpisodeClosed:
             return self._unauthorized()
-        except Exception as exc:  # noqa: BLE001 - messages or tools the chat template cannot take
-            if protocol.not_unicode(body):
-                return _error(protocol.RequestError("the request holds text that is not valid Unicode (a lone "
-                                                    "surrogate escape such as \\ud800)"))
-            return _error(protocol.RequestError(f"the messages and tools cannot be rendered by the model's chat "
-                                                f"template: {type(exc).__name__}: {exc}"[:500]))
+        except Exception as exc:  # noqa: BLE001 - the gateway's own failure: a 500, logged with its traceback
+            logger.opt(exception=exc).error(f"OpenAI gateway: preparing a request of {_episode(lease)} failed: "
+                                            f"{type(exc).__name__}: {exc}"[:500])
+            return _json(protocol.error_body(f"the gateway failed to prepare this request ({type(exc).__name__}: "
+                                             f"{exc}"[:300] + "); the run's log has the traceback", "server_error"),
+                         500)
         if call.refused:
             return _error(protocol.RequestError(
                 f"this model's context is {tuner.max_model_len} tokens: {call.refused}; the episode is marked "
                 f"truncated", param="messages", code="context_length_exceeded"))
+        if self._ends is None:
+            self._ends = limits.EpisodeEnds(asyncio.get_running_loop())
+        ended = self._ends.of(tuner.recorder)
         task = asyncio.ensure_future(_generate(tuner, call))
+        state = _state_of(lease, call, task)
         ident = protocol.completion_id()
         if req.stream:
-            return StreamingResponse(self._events(task, lease, req, ident), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache"})
+            return StreamingResponse(self._events(task, ended, state, lease, req, ident),
+                                     media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        gone = asyncio.ensure_future(limits.until_disconnect(request.receive))
         try:
-            done = await asyncio.shield(task)
-            body = protocol.completion(done, req.model, ident)
-            payload = json.dumps(body)
+            done = _returned(await limits.wait_reply(task, ended, gone, state), req)
+            payload = json.dumps(protocol.completion(done, req.model, ident))
+        except limits.EpisodeEnded:
+            return self._ended()
+        except limits.ClientGone:
+            return _json(protocol.error_body("the client went away", "server_error"), 499)  # not recorded
         except LoopBlocked as exc:
+            logger.warning(f"OpenAI gateway: answered 503 for {state()}: {exc}")
             return _json(protocol.error_body(str(exc), "server_error", code="loop_blocked"), 503)
         except Exception as exc:  # noqa: BLE001 - the engine's failure, to the client as a 500
-            logger.error(f"OpenAI gateway: generation failed: {exc!r}")
+            logger.opt(exception=exc).error(f"OpenAI gateway: generation failed for {state()}: "
+                                            f"{type(exc).__name__}: {exc}"[:500])
             return _json(protocol.error_body(f"generation failed: {type(exc).__name__}: {exc}"[:500], "server_error"),
                          500)
-        if await request.is_disconnected():
-            return _json(protocol.error_body("the client went away", "server_error"), 499)  # not recorded
+        finally:
+            gone.cancel()
         # recorded before the reply leaves: an agent that has its reply may end the episode at once
         if not tuner.recorder.add(done.record):
             return self._ended()
@@ -256,17 +363,27 @@ class Gateway:
     def _ended(cls) -> Any:
         return _json(cls._ended_body(), 401)
 
-    async def _events(self, task: asyncio.Future, lease: Lease, req: protocol.ChatRequest, ident: str) -> Any:
+    async def _events(self, task: asyncio.Future, ended: asyncio.Future, state: Any, lease: Lease,
+                      req: protocol.ChatRequest, ident: str) -> Any:
         yield protocol.sse(protocol.chunk(ident, req.model, {"role": "assistant", "content": ""}))
         try:
-            done = await asyncio.shield(task)  # a disconnect cancels the stream here: nothing is recorded
+            # a disconnect cancels the stream here: nothing is recorded
+            done = _returned(await limits.wait_reply(task, ended, None, state), req)
             rest = b"".join([*(protocol.sse(part) for part in protocol.reply_chunks(done, req.model, ident,
                                                                                     req.include_usage)),
                              protocol.sse("[DONE]")])
         except asyncio.CancelledError:
             raise
+        except limits.EpisodeEnded:
+            yield protocol.sse(self._ended_body())
+            return
         except Exception as exc:  # noqa: BLE001 - an error event; the OpenAI SDK raises it as an APIError
             blocked = isinstance(exc, LoopBlocked)
+            if blocked:
+                logger.warning(f"OpenAI gateway: answered a stream with an error event for {state()}: {exc}")
+            else:
+                logger.opt(exception=exc).error(f"OpenAI gateway: generation failed for {state()} (streamed): "
+                                                f"{type(exc).__name__}: {exc}"[:500])
             message = str(exc) if blocked else f"generation failed: {type(exc).__name__}: {exc}"[:500]
             yield protocol.sse(protocol.error_body(message, "server_error", code="loop_blocked" if blocked else None))
             return
@@ -276,6 +393,45 @@ class Gateway:
             yield protocol.sse(self._ended_body())
             return
         yield rest
+
+
+def _returned(done: Any, req: protocol.ChatRequest) -> Any:
+    """The reply as the request gets it: its first tool call only under `parallel_tool_calls: false`."""
+    return done if req.parallel_tool_calls else protocol.first_tool_call_only(done)
+
+
+def _episode(lease: Lease) -> str:
+    label = getattr(lease.tuner.recorder, "label", "")
+    return f"episode {label}, agent {lease.agent!r}" if label else f"an episode's agent {lease.agent!r}"
+
+
+def _state_of(lease: Lease, call: Any, task: asyncio.Future) -> Any:
+    """A one-line account of an in-flight call, for the log."""
+    started = time.monotonic()
+
+    def state() -> str:
+        phase = ("generating on the engine" if call.engine_started else
+                 "waiting for the engine's loop to begin it") if not task.done() else "generated"
+        return (f"{_episode(lease)}, {time.monotonic() - started:.0f}s in: {phase} (prompt {len(call.prompt_ids)} "
+                f"tokens, up to {call.sampling.max_tokens} reply tokens; the engine returns a reply whole)")
+
+    return state
+
+
+def _in_template(exc: BaseException) -> bool:
+    """Whether `exc` was raised by the chat template (jinja2's errors, or code the template ran)."""
+    try:
+        from jinja2 import TemplateError
+    except ImportError:  # pragma: no cover - transformers brings jinja2
+        TemplateError = ()  # type: ignore[assignment,misc]
+    if isinstance(exc, TemplateError):
+        return True
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == "<template>":
+            return True
+        tb = tb.tb_next
+    return False
 
 
 _GATEWAY: Optional[Gateway] = None

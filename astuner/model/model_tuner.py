@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import uuid
+import weakref
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -31,6 +32,31 @@ from astuner.schema.calls import CallRecord, EpisodeClosed, EpisodeRecorder
 from astuner.model.chat.tool_parser import ParsedReply, parse_reply
 
 CONTEXT_EXHAUSTED_REPLY = "[The conversation has reached the model's context limit; the episode ends here.]"
+
+
+_STOP_IDS: "weakref.WeakKeyDictionary[Any, frozenset[int]]" = weakref.WeakKeyDictionary()
+
+
+def ended_at_stop(result: GenerateResult, tokenizer: Any) -> GenerateResult:
+    """A reply whose last token ends the turn stopped, whatever the engine says: vLLM reports "length" for an
+    end-of-turn token sampled as the last one `max_tokens` allows. Only a reply cut by the limit is "length"."""
+    if result.finish_reason != "length" or not result.token_ids:
+        return result
+    stops = _STOP_IDS.get(tokenizer)
+    if stops is None:
+        from astuner.model.engines.hf import stop_token_ids_of
+
+        try:
+            stops = frozenset(stop_token_ids_of(tokenizer))
+        except (ValueError, AttributeError):  # a tokenizer without an end-of-sequence token
+            stops = frozenset()
+        try:
+            _STOP_IDS[tokenizer] = stops
+        except TypeError:  # not weakly referable
+            pass
+    if result.token_ids[-1] in stops:
+        return GenerateResult(result.token_ids, result.logprobs, "stop")
+    return result
 
 
 def calling_agent(depth: int = 24) -> Optional[str]:
@@ -204,14 +230,13 @@ class ModelTuner(ChatModelBase):
         if len(prompt_ids) + sampling.max_tokens > self.max_model_len:
             call.refused = (f"prompt of {len(prompt_ids)} tokens + {sampling.max_tokens} reply tokens > "
                             f"max_model_len {self.max_model_len}")
-            self.recorder.truncated = True
-            self.recorder.notes.append(f"call refused: {call.refused}")
+            self.recorder.refuse(target, call.refused)
         return call
 
     async def complete(self, call: PreparedCall) -> CompletedCall:
         """Generate a prepared call through the engine and parse the reply; the call's record is returned, not
         yet added to the episode (the caller adds it once the agent has the reply)."""
-        result = await self._generate(call)
+        result = ended_at_stop(await self._generate(call), self.tokenizer)
         reply_ids = result.token_ids[:-1] if result.finish_reason == "stop" and result.token_ids else result.token_ids
         reply_text = self.tokenizer.decode(reply_ids, skip_special_tokens=False)
         decoded = reply_text if len(reply_ids) == len(result.token_ids) else \

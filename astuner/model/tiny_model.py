@@ -105,14 +105,17 @@ def build_word_tokenizer(corpus: Optional[Iterable[str]] = None):
     return fast
 
 
+TINY_POSITIONS = 4096  # a tiny model's max_position_embeddings
+
+
 def tiny_kv_heads(heads: int) -> int:
     """The KV heads of a tiny model built from `model.tiny` (grouped-query attention, two query heads each)."""
     return max(1, heads // 2)
 
 
 def build_tiny_model(out_dir: Path | str, seed: int = 0, hidden_size: int = 64, layers: int = 2,
-                     heads: int = 4, kv_heads: int = 2, corpus: Optional[Iterable[str]] = None,
-                     vocab_size: int = 512, max_position_embeddings: int = 4096, tokenizer: str = "bpe") -> Path:
+                     heads: int = 4, kv_heads: int = 2, corpus: Optional[Iterable[str]] = None, vocab_size: int = 512,
+                     max_position_embeddings: int = TINY_POSITIONS, tokenizer: str = "bpe") -> Path:
     """Write a random-weight Qwen2 causal LM and its tokenizer to `out_dir` (deterministic from `seed`).
     `tokenizer`: "bpe" (byte-level BPE trained on `corpus`) or "words" (`build_word_tokenizer`)."""
     import torch

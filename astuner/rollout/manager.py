@@ -1,7 +1,8 @@
 """Run episodes: `num_repeat` per task (one group per task), at most `max_env_worker` at once.
 
 Each episode gets its own `ModelTuner` (sharing the engine) and recorder. An episode that raises or
-times out is recorded as failed, with its traceback in the log; it is not trained on (no samples) unless
+times out is recorded as failed, with its traceback in the log (one whose task's row lacks what the workflow or
+judge read: that one line, once per task, `row_problems`); it is not trained on (no samples) unless
 `rollout.failure_reward` gives it a reward;
 the step goes on unless more than `rollout.max_error_rate` of its episodes failed.
 """
@@ -24,7 +25,9 @@ from astuner.rollout.madness import madness_reasons
 from astuner.rollout.tracker import TrackerStats, build_samples
 from astuner.errors import UserError
 from astuner.model.engines.base import Engine, SamplingParams
+from astuner.rollout import descriptors
 from astuner.rollout.gc_freeze import objects_frozen
+from astuner.rollout.row_problems import PROCESS, RowProblems, one_line, row_problem
 from astuner.rollout.threads import run_in_own_thread
 from astuner.schema import Sample, Task, WorkflowOutput, WorkflowTask
 from astuner.schema.output import as_workflow_output
@@ -38,6 +41,9 @@ class RolloutFailed(UserError):
     """Too many episodes of one step failed."""
 
 
+ONE_LINE = 280  # a user error's line (after "astuner: error: ") stays within 300 characters
+
+
 @dataclass
 class EpisodeResult:
     task: Task
@@ -48,6 +54,7 @@ class EpisodeResult:
     is_success: bool = False
     failed: bool = False
     error: Optional[str] = None
+    row_problem: Optional[Any] = field(default=None, repr=False)  # failed on its row (RowLacks): the error's line
     mad_reasons: list[str] = field(default_factory=list)
     output: Optional[WorkflowOutput] = None
     recorder: EpisodeRecorder = field(default_factory=EpisodeRecorder)
@@ -110,9 +117,12 @@ def build_judge(judge_plugin: Any, cfg: AstunerConfig) -> Any:
 class RolloutManager:
     def __init__(self, cfg: AstunerConfig, workflow: Any, judge: Any, engine: Engine, tokenizer: Any,
                  auxiliary_models: Optional[dict[str, Any]] = None, env_client: Any = None,
-                 engines: Optional[dict[str, Engine]] = None):
+                 engines: Optional[dict[str, Engine]] = None, row_problems: Optional[RowProblems] = None):
         self.cfg, self.workflow, self.judge = cfg, workflow, judge
+        # tasks whose rows failed their episodes: the run's (debug), else this process's (a manager per episode)
+        self.row_problems = row_problems if row_problems is not None else PROCESS
         self.engine, self.tokenizer = engine, tokenizer
+        descriptors.raise_soft_limit()  # once per process: episodes' connections count against it
         self.auxiliary_models = auxiliary_models or {}
         self.env_client = env_client
         self._env_clients: dict[str, Any] = {}
@@ -156,14 +166,19 @@ class RolloutManager:
                 for i, task in enumerate(tasks) for r in range(repeats)]
         with objects_frozen():  # no full garbage-collector pass over the whole process stops the loop meanwhile
             episodes = list(await asyncio.gather(*jobs))
+        descriptors.rollouts_ended()  # what the rollouts made is collected: a warning when descriptors run short
         metrics = self._metrics(episodes, stats, time.perf_counter() - started)
         self._log_interventions(episodes, stats, mode)
+        self._log_row_problems(episodes)
         failed = [e for e in episodes if e.failed]
         if check_error_rate and episodes and len(failed) / len(episodes) > ro.max_error_rate:
             first = (failed[0].error or "").strip().splitlines()
-            raise RolloutFailed(f"{len(failed)} of {len(episodes)} episodes failed ({len(failed) / len(episodes):.0%} > "
-                                f"astuner.rollout.max_error_rate {ro.max_error_rate}); first error: "
-                                f"{first[-1] if first else 'unknown'} (tracebacks in the log)")
+            said = (f"{len(failed)} of {len(episodes)} episodes failed ({len(failed) / len(episodes):.0%} > "
+                    f"astuner.rollout.max_error_rate {ro.max_error_rate}); first error: ")
+            tail = '' if failed[0].row_problem else ' (tracebacks in the log)'
+            error = first[-1].strip() if first else 'unknown'
+            room = max(ONE_LINE - len(said) - len(tail), 60)  # the whole error is in the log: the line stays one
+            raise RolloutFailed(said + (error if len(error) <= room else error[:room - 3] + "...") + tail)
         return RolloutBatch(episodes=episodes, metrics=metrics)
 
     async def _episode(self, task: Task, repeat_index: int, episode_uuid: str, sampling: SamplingParams,
@@ -174,6 +189,7 @@ class RolloutManager:
         async with limit:
             result = EpisodeResult(task=task, repeat_index=repeat_index, episode_uuid=episode_uuid)
             started = time.perf_counter()
+            result.recorder.label = f"{episode_uuid} (task {task.task_id}, repeat {repeat_index})"
             tuner = ModelTuner(self.engine, self.tokenizer, sampling, ro.max_model_len, result.recorder,
                                trainable_targets=self.trainable_targets,
                                chat_template_kwargs=ro.chat_template_kwargs, loop=asyncio.get_running_loop(),
@@ -204,8 +220,11 @@ class RolloutManager:
                 result.metrics, result.text_metrics = {**numbers, **judged}, {**result.text_metrics, **judged_text}
             except asyncio.TimeoutError:
                 result.failed, result.error = True, f"TimeoutError: the episode ran over {ro.episode_timeout_s}s"
-            except Exception:
-                result.failed, result.error = True, traceback.format_exc()
+            except Exception as exc:
+                # the row lacks what the workflow or judge read: its one line, said once per task (run), no traceback
+                result.row_problem = row_problem(exc)
+                result.failed = True
+                result.error = traceback.format_exc() if result.row_problem is None else str(result.row_problem)
             finally:
                 # over: a workflow thread that runs on has its calls refused, the episode's gateway keys expire
                 result.recorder.close()
@@ -214,12 +233,14 @@ class RolloutManager:
                         await env.release()
                     except Exception as exc:
                         logger.warning(f"releasing env instance {env.instance_id} failed: {exc}")
+                descriptors.episode_ended()
             if result.failed:  # a crash or a timeout, not a wrong answer: not trained on unless failure_reward says
                 result.reward = ro.failure_reward if ro.failure_reward is not None else 0.0
                 result.rewards = {}
                 result.is_success = False
-                logger.error(f"episode {result.episode_uuid} (task {task.task_id}, repeat {repeat_index}) failed:\n"
-                             f"{result.error}")
+                if result.row_problem is None:
+                    logger.error(f"episode {result.episode_uuid} (task {task.task_id}, repeat {repeat_index}) failed:\n"
+                                 f"{result.error}")
             else:
                 result.mad_reasons = madness_reasons(result.recorder.calls, ro.compute_madness_checklist,
                                                      self.special_ids)
@@ -234,7 +255,8 @@ class RolloutManager:
                 trainable=self._trained_agents(result.recorder.calls)) if trained else []
             for sample in result.samples:
                 sample.reward = result.rewards.get(sample.agent, result.rewards.get(sample.policy, result.reward))
-                sample.truncated |= result.recorder.truncated
+                # cut short: one of its own replies hit the length limit (tracker), or its agent's context ran out
+                sample.truncated |= sample.agent in result.recorder.refused_agents
             result.duration_s = time.perf_counter() - started
             return result
 
@@ -278,6 +300,22 @@ class RolloutManager:
         if self.cfg.rollout.run_workflow_in_thread:
             return await run_in_own_thread(lambda: asyncio.run(call()))
         return await call()
+
+    def _log_row_problems(self, episodes: list[EpisodeResult]) -> None:
+        """The tasks whose rows failed their episodes for the first time in the run: one line per field they lack
+        (the task's own line when it is one task), not a traceback per episode."""
+        new: dict[str, list[Any]] = {}
+        for e in episodes:
+            if self.row_problems.record(e.task.task_id, e.row_problem):
+                new.setdefault(e.row_problem.lacks, []).append(e.row_problem)
+        said = "; episodes fail on it, not trained on (said once per task)"
+        for problems in new.values():
+            if len(problems) == 1:
+                logger.error(one_line(problems[0], said))
+                continue
+            more = problems[1:]
+            ids = ", ".join(repr(p.task_id) for p in more[:5]) + (", ..." if len(more) > 5 else "")
+            logger.error(one_line(problems[0], f" (so does each of {len(more)} more: {ids}){said}"))
 
     def _log_interventions(self, episodes: list[EpisodeResult], stats: TrackerStats, mode: str) -> None:
         """Say when a cap or a madness check changed what is trained: never silently."""

@@ -34,11 +34,14 @@ class EpisodeRecorder:
     """Collects the calls of one episode; shared by every trainable model of that episode."""
 
     calls: list[CallRecord] = field(default_factory=list)
-    truncated: bool = False  # the context ran out (a call was refused) or a reply hit its length limit
+    # a reply was cut by its length limit (finish_reason "length": no end-of-turn token) or the context ran out
+    truncated: bool = False
     notes: list[str] = field(default_factory=list)
+    refused_agents: set[str] = field(default_factory=set)  # agents whose call was refused: their context ran out
 
     closed: bool = False  # the episode ended (or timed out): a workflow thread still running adds nothing more
     agents: set[str] = field(default_factory=set)  # every agent named in the episode (register_model, calls)
+    label: str = ""  # which episode, for log lines (its uuid, task and repeat: set by the rollout)
     on_close: list[Callable[[], None]] = field(default_factory=list, repr=False)  # e.g. the gateway's keys expire
     # add and close come from different threads (the gateway's, a workflow's own)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -51,6 +54,14 @@ class EpisodeRecorder:
         for callback in callbacks:
             callback()
 
+    def refuse(self, agent: str, why: str) -> None:
+        """A call of `agent` was refused (its prompt leaves no room for the reply): the episode, and that agent's
+        samples, are truncated."""
+        with self._lock:
+            self.truncated = True
+            self.refused_agents.add(agent)
+            self.notes.append(f"call refused: {why}")
+
     def add(self, call: CallRecord) -> bool:
         """Record a call; False (nothing recorded) when the episode is over."""
         with self._lock:
@@ -60,3 +71,16 @@ class EpisodeRecorder:
             if call.finish_reason == "length":
                 self.truncated = True
         return True
+
+
+def conversations(calls: list[CallRecord]) -> list[CallRecord]:
+    """The calls that hold an episode's whole conversation: each agent's calls that no later call of the same agent
+    continues (whose messages do not open a later call's messages), in call order. One call for a single agent that
+    keeps its history; one per agent (or per fresh start of an agent's context) in a multi-agent episode."""
+    kept = []
+    for i, call in enumerate(calls):
+        n = len(call.messages)
+        if not any(later.target == call.target and len(later.messages) > n and later.messages[:n] == call.messages
+                   for later in calls[i + 1:]):
+            kept.append(call)
+    return kept

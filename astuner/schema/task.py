@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -9,8 +10,69 @@ from typing import Any, Optional
 from astuner.errors import DataError
 
 
-class NoQuery(DataError):
+class RowLacks(DataError):
+    """A workflow or judge read what its task's row does not hold. `task_id`; `lacks`, what it lacks (a field's
+    name: the same for every task that lacks it, so a run can count them). The message is one line."""
+
+    def __init__(self, message: str, task_id: str, lacks: str):
+        super().__init__(message)
+        self.task_id, self.lacks = task_id, lacks
+
+    def __str__(self) -> str:  # KeyError's own quotes the message (MissingField)
+        return str(self.args[0]) if self.args else ""
+
+    def __reduce__(self) -> Any:  # across processes (a workflow's thread, Ray) with its fields
+        return (_rebuild, (type(self), self.args[0] if self.args else "", self.task_id, self.lacks))
+
+
+def _rebuild(cls: type, message: str, task_id: str, lacks: str) -> "RowLacks":
+    error = cls.__new__(cls)
+    RowLacks.__init__(error, message, task_id, lacks)
+    return error
+
+
+class NoQuery(RowLacks):
     """A workflow or judge asked for the query of a task whose row has none."""
+
+
+class MissingField(RowLacks, KeyError):
+    """A workflow or judge read a field its task's row does not have (`task.metadata["x"]`, a function workflow's
+    `task["x"]`). A KeyError too, so code that catches one, or reads with `.get`, behaves as with a dict."""
+
+
+class NoGroundTruth(RowLacks, ValueError):
+    """A judge that compares with the row's reference answer found none in it."""
+
+    def __init__(self, message: str, task_id: str, lacks: str = "answer"):
+        super().__init__(message, task_id, lacks)
+
+
+def fields_of(row: Any, limit: int = 120) -> str:
+    """A row's field names, sorted, cut to about `limit` characters."""
+    text = ", ".join(sorted(map(str, row))) or "none"
+    return text if len(text) <= limit else text[:limit].rsplit(", ", 1)[0] + ", ..."
+
+
+class TaskRow(dict):
+    """A task's row (`Task.metadata`, a function workflow's `task`): a dict whose missing field raises
+    MissingField naming the field, the task and the fields the row has, not a bare KeyError."""
+
+    def __init__(self, data: Any = (), task_id: str = "", **more: Any):
+        super().__init__(data, **more)
+        self.task_id = task_id
+
+    def __missing__(self, key: Any) -> Any:
+        raise MissingField(f"task {self.task_id!r} has no field {key!r}: its row has {fields_of(self)}",
+                           self.task_id, str(key))
+
+    def __reduce__(self) -> Any:
+        return (type(self), (dict(self), self.task_id))
+
+
+def _query_field(no_query: str) -> str:
+    """The field a task without a query lacks, from the reader's account (`Task.no_query`)."""
+    found = re.match(r"its (?:row has no )?'([^']*)'", no_query or "")
+    return found.group(1) if found else "a query"
 
 
 class _Query:
@@ -24,7 +86,8 @@ class _Query:
         value = obj.__dict__.get("_main_query")
         if value is None:
             raise NoQuery(f"task {obj.task_id!r} has no query: {obj.no_query or 'its row has none'}; read the row "
-                          f"from workflow_task.task.metadata (a function workflow gets it as `task`)")
+                          f"from workflow_task.task.metadata (a function workflow gets it as `task`)",
+                          obj.task_id, _query_field(obj.no_query))
         return value
 
     def __set__(self, obj: Any, value: Optional[str]) -> None:
@@ -48,6 +111,12 @@ class Task:
     env_type: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
     no_query: str = ""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.__dict__.get("_main_query"), _Query):  # the dataclass's default: no query given
+            self.__dict__["_main_query"] = None
+        if not isinstance(self.metadata, TaskRow) or self.metadata.task_id != self.task_id:
+            self.metadata = TaskRow(self.metadata or {}, self.task_id)
 
     @property
     def has_query(self) -> bool:

@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from astuner.schema import JudgeOutput, WorkflowOutput, WorkflowTask
+from astuner.schema.task import NoGroundTruth, fields_of
 from astuner.task_judge.base import BaseJudge
 from astuner.task_judge.math_answer import answers_match, extract_answer, ground_truth_of
 
@@ -37,7 +38,8 @@ class MathAnswerAndLlmAsJudge(BaseJudge):
     async def compute_reward(self, workflow_task: WorkflowTask, workflow_output: WorkflowOutput) -> JudgeOutput:
         reference = ground_truth_of(workflow_task.task.metadata)
         if reference is None:
-            raise ValueError(f"task {workflow_task.task_id} has no ground truth ('answer' or 'ground_truth' field)")
+            raise NoGroundTruth(f"task {workflow_task.task_id} has no ground truth ('answer' or 'ground_truth' field; "
+                                f"it has {fields_of(workflow_task.task.metadata)})", workflow_task.task_id)
         final = workflow_output.metadata.get("final_answer")
         predicted = extract_answer(final)
         if predicted is not None and answers_match(predicted, reference):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from astuner.schema import JudgeOutput, WorkflowOutput, WorkflowTask
+from astuner.schema.task import NoGroundTruth, fields_of
 from astuner.task_judge.base import BaseJudge
 from astuner.task_judge.math_answer import answers_match, extract_answer, ground_truth_of
 
@@ -16,8 +17,9 @@ class MathAnswerAsJudge(BaseJudge):
     def compute_reward(self, workflow_task: WorkflowTask, workflow_output: WorkflowOutput) -> JudgeOutput:
         reference = ground_truth_of(workflow_task.task.metadata)
         if reference is None:
-            raise ValueError(f"task {workflow_task.task_id} has no ground truth: its row needs an 'answer' or "
-                             f"'ground_truth' field for MathAnswerAsJudge")
+            raise NoGroundTruth(f"task {workflow_task.task_id} has no ground truth: its row needs an 'answer' or "
+                                f"'ground_truth' field for MathAnswerAsJudge (it has "
+                                f"{fields_of(workflow_task.task.metadata)})", workflow_task.task_id)
         predicted = extract_answer(workflow_output.metadata.get("final_answer"))
         correct = predicted is not None and answers_match(predicted, reference)
         return JudgeOutput(reward=1.0 if correct else 0.0, is_success=correct,

@@ -10,6 +10,7 @@ from typing import Any, Optional, Union
 
 from astuner.schema import JudgeOutput, WorkflowOutput, WorkflowTask
 from astuner.schema.output import as_judge_output
+from astuner.schema.task import TaskRow
 from astuner.task_judge.base import BaseJudge
 
 Reward = Union[float, dict[str, float]]
@@ -46,7 +47,7 @@ def task_as_dict(workflow_task: WorkflowTask) -> dict[str, Any]:
     them (a Trinity taskset's) and the row has no field of that name, and `openai_base_url` / `openai_api_key` when
     the OpenAI gateway is on."""
     task = workflow_task.task
-    out = {**task.metadata, "task_id": task.task_id}
+    out = TaskRow({**task.metadata, "task_id": task.task_id}, task.task_id)  # a missing field: MissingField
     if task.has_query:
         out["main_query"] = task.main_query
     if workflow_task.workflow_args and "workflow_args" not in out:

@@ -54,7 +54,29 @@ def _load_local(path: Path, name: Optional[str], split: str) -> Any:
     except DataError:
         raise
     except Exception as exc:  # datasets' and pyarrow's errors on unreadable local data
+        empty = _empty_data_file(path)
+        if empty is not None:  # datasets says StopIteration (or "corresponds to no data") for it
+            raise DataError(f"{empty}: the file holds no rows; add rows to it"
+                            f"{', or remove it from the folder' if path.is_dir() else ''}") from None
         raise DataError(f"{KEY}: {path} cannot be read as a dataset: {_first_line(exc)}") from None
+
+
+def _empty_data_file(path: Path) -> Optional[Path]:
+    """The first data file of `path` (a file, or a folder's) holding nothing but whitespace, or None."""
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file()
+                                                 and p.suffix.lower() in _FILE_BUILDERS)
+    for file in files:
+        try:
+            with open(file, "rb") as fh:
+                while True:
+                    chunk = fh.read(1 << 16)
+                    if not chunk:
+                        return file
+                    if chunk.strip():
+                        break
+        except OSError:
+            continue
+    return None
 
 
 def _read_local(path: Path, name: Optional[str], split: str) -> Any:

@@ -17,6 +17,12 @@ SEED = REPO_ROOT / "tutorial" / "example_math_agent" / "math_agent.yaml"
 GIB = 2**30
 
 
+@pytest.fixture(autouse=True)
+def _own_run_folder(tmp_path, monkeypatch):
+    """The dry runs check launcher_record/math_agent of the working folder: a temporary one, not the checkout."""
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.fixture
 def no_gpu(monkeypatch):
     """This machine as CI has it: no GPU visible, no Ray cluster given."""
@@ -164,3 +170,95 @@ def test_a_hub_model_is_sized_from_its_cached_config_or_gets_vllms_former_defaul
     plan = vllm_memory.cpu_plan(run, None)
     assert plan.shape_known and plan.kv_need == int(-(-48 * 8 * 128 * 2 * 4 * 13000 * 2 * vllm_memory.HEADROOM // 1))
     assert plan.kv_gib == 11  # 10.5 GiB for 2 sequences of 13000 tokens
+
+
+def _short_model(tmp_path, **config):
+    """A 7B-shaped model folder whose config allows 4096 positions (plus `config`)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    folder = _qwen7b_shaped(tmp_path)
+    data = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**data, "max_position_embeddings": 4096, **config}))
+    return folder
+
+
+def _refused(err: str, *fragments: str) -> str:
+    line = err.strip()
+    assert len(line.splitlines()) == 1 and line.startswith("astuner: error: ") and len(line) <= 300, err
+    assert all(f in line for f in fragments), line
+    return line
+
+
+@pytest.mark.parametrize("backbone", ["verl", "trinity"])
+def test_a_context_past_the_models_positions_is_refused_at_dry_run_without_vllm(capsys, gsm8k_dir, no_gpu, tmp_path,
+                                                                                backbone, monkeypatch):
+    """vLLM refuses max_model_len past the model's positions when its engines start (after Ray, minutes in); the
+    dry run says so from the model's config.json, on GPUs and on the CPU, with neither verl, Trinity nor vLLM."""
+    folder = _short_model(tmp_path)
+    short = ["astuner.data.max_prompt_length=1000", "astuner.data.max_response_length=3000"]
+    code, _, err = _dry_run(capsys, backbone, gsm8k_dir, "astuner.trainer_common.device=cuda",
+                            "astuner.trainer_common.n_gpus_per_node=8", f"astuner.model.path={folder}",
+                            "astuner.rollout.max_model_len=1000000000")
+    assert code == 2
+    _refused(err, "astuner.rollout.max_model_len (1000000000) is longer than the model's 4096 positions",
+             "config.json", "set it to 4096 or less")
+    code, _, err = _dry_run(capsys, backbone, gsm8k_dir, "astuner.trainer_common.device=cpu",
+                            f"astuner.model.path={folder}", "astuner.rollout.max_model_len=8192",
+                            "astuner.rollout.max_num_seqs=2", *short)
+    assert code == 2
+    _refused(err, "astuner.rollout.max_model_len (8192) is longer than the model's 4096 positions")
+    # the tiny model, before it is created, has 4096 positions too
+    code, _, err = _dry_run(capsys, backbone, gsm8k_dir, "astuner.trainer_common.device=cpu",
+                            "astuner.model.path=tiny", "+astuner.model.tiny={seed: 0}", "astuner.rollout.max_model_len=8192",
+                            "astuner.rollout.max_num_seqs=2", *short)
+    assert code == 2
+    _refused(err, "(8192) is longer than the model's 4096 positions (the tiny model's config)")
+    # what fits passes; RoPE scaling extends the positions, and vLLM's own override lets a longer context through
+    fits = ["astuner.trainer_common.device=cpu", "astuner.rollout.max_num_seqs=2", *short]
+    assert _dry_run(capsys, backbone, gsm8k_dir, *fits, f"astuner.model.path={folder}",
+                    "astuner.rollout.max_model_len=4096")[0] == 0
+    scaled = _short_model(tmp_path / "scaled", rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                                             "original_max_position_embeddings": 4096})
+    assert _dry_run(capsys, backbone, gsm8k_dir, *fits, f"astuner.model.path={scaled}",
+                    "astuner.rollout.max_model_len=8192")[0] == 0
+    monkeypatch.setenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1")
+    assert _dry_run(capsys, backbone, gsm8k_dir, *fits, f"astuner.model.path={folder}",
+                    "astuner.rollout.max_model_len=8192")[0] == 0
+
+
+@pytest.mark.parametrize("value", ["-3", "0", "two"])
+def test_a_kv_cache_size_below_one_gib_from_the_environment_is_refused(capsys, gsm8k_dir, no_gpu, monkeypatch, value):
+    monkeypatch.setenv(vllm_memory.ENV, value)  # was "needs about -3.0 GiB" and exit 0
+    for backbone in ("verl", "trinity"):
+        code, _, err = _dry_run(capsys, backbone, gsm8k_dir, "astuner.trainer_common.device=cpu")
+        assert code == 2
+        _refused(err, f"VLLM_CPU_KVCACHE_SPACE={value!r} in the environment must be a whole number of GiB, 1 or more")
+
+
+def test_a_kv_cache_no_gpu_can_hold_is_refused_where_the_gpus_memory_is_known(capsys, gsm8k_dir, no_gpu, tmp_path,
+                                                                              monkeypatch):
+    folder = _qwen7b_shaped(tmp_path)  # no position limit in its config: only the memory can refuse
+    args = ["astuner.trainer_common.device=cuda", "astuner.trainer_common.n_gpus_per_node=8", f"astuner.model.path={folder}",
+            "astuner.rollout.max_model_len=2000000"]
+    assert _dry_run(capsys, "trinity", gsm8k_dir, *args)[0] == 0  # the GPU's memory is not known here
+    monkeypatch.setattr(machine, "gpu_memory", lambda: 80 * GIB)
+    code, _, err = _dry_run(capsys, "trinity", gsm8k_dir, *args)
+    assert code == 2  # 28 layers × 4 KV heads × 128 × (K, V) × bf16 = 56 KiB per token: 107 GiB for one sequence
+    _refused(err, "one sequence of astuner.rollout.max_model_len (2000000) tokens needs 106.8 GiB of KV cache per GPU",
+             "of a 80 GiB GPU")
+    assert _dry_run(capsys, "trinity", gsm8k_dir, *args[:-1], "astuner.rollout.max_model_len=200000")[0] == 0
+
+
+def test_verls_batch_and_memory_checks_run_at_dry_run(capsys, gsm8k_dir, no_gpu, tmp_path, monkeypatch):
+    """What verl asserts mid-run (the batch over the GPUs) and the trainer's memory were checked only at launch,
+    after the run folder was made: the dry run says them too."""
+    code, _, err = _dry_run(capsys, "verl", gsm8k_dir, "astuner.trainer_common.device=cuda",
+                            "astuner.trainer_common.n_gpus_per_node=7")
+    assert code == 2
+    _refused(err, "must divide evenly over the 7 GPUs")
+    folder = _qwen7b_shaped(tmp_path)
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 2 * 14_000_000_000}}))
+    monkeypatch.setattr(machine, "gpu_memory", lambda: 80 * GIB)
+    code, _, err = _dry_run(capsys, "verl", gsm8k_dir, "astuner.trainer_common.device=cuda",
+                            "astuner.trainer_common.n_gpus_per_node=1", f"astuner.model.path={folder}")
+    assert code == 2
+    _refused(err, "14.0B parameters need about 209 GiB per GPU to train")

@@ -12,7 +12,9 @@ import yaml
 from astuner.backbone.trinity.translate import OPERATORS, PADDING
 from tests.conftest import REPO_ROOT, run_cli
 
-SEED = "tutorial/example_math_agent/math_agent.yaml"
+# run from a temporary folder: the run folder each dry run checks is launcher_record/math_agent there, not the
+# checkout's (where the tutorial may have run)
+SEED = str(REPO_ROOT / "tutorial" / "example_math_agent" / "math_agent.yaml")
 
 
 def dry_run(backbone, capsys, *overrides):
@@ -22,8 +24,8 @@ def dry_run(backbone, capsys, *overrides):
     return yaml.safe_load(out)
 
 
-def test_verl_translation_carries_every_knob(capsys, monkeypatch):
-    monkeypatch.chdir(REPO_ROOT)
+def test_verl_translation_carries_every_knob(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     cfg = dry_run("verl", capsys, "astuner.trainer_common.nnodes=2", "astuner.trainer_common.n_gpus_per_node=8",
                   "astuner.trainer_common.device=cuda",
                   "astuner.trainer_common.optim.lr=3e-6", "astuner.trainer_common.algorithm.use_kl_loss=true",
@@ -47,16 +49,16 @@ def test_verl_translation_carries_every_knob(capsys, monkeypatch):
     assert cfg["algorithm"]["adv_estimator"] == "grpo"
 
 
-def test_user_top_level_verl_keys_win(capsys, monkeypatch):
-    monkeypatch.chdir(REPO_ROOT)
+def test_user_top_level_verl_keys_win(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     cfg = dry_run("verl", capsys, "+actor_rollout_ref.rollout.max_num_seqs=7", "+trainer.logger=[console]")
     assert cfg["actor_rollout_ref"]["rollout"]["max_num_seqs"] == 7
     assert cfg["trainer"]["logger"] == ["console"]
     assert cfg["actor_rollout_ref"]["rollout"]["n"] == 4  # untouched knobs stay translated
 
 
-def test_trinity_translation_with_the_users_subtree(capsys, monkeypatch):
-    monkeypatch.chdir(REPO_ROOT)
+def test_trinity_translation_with_the_users_subtree(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     cfg = dry_run("trinity", capsys, "+trinity.explorer.eval_interval=5", "astuner.trainer_common.n_gpus_per_node=4",
                   "astuner.trainer_common.device=cuda")
     assert cfg["trainer"]["max_token_len_per_gpu"] == 13000  # the seed's trinity: subtree
@@ -86,8 +88,8 @@ def test_dry_run_of_distributed_backbones_imports_nothing_heavy(tmp_path):
     assert "HEAVY=\n" in proc.stdout
 
 
-def test_selector_and_operators_reach_the_trinity_config(capsys, monkeypatch):
-    monkeypatch.chdir(REPO_ROOT)
+def test_selector_and_operators_reach_the_trinity_config(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     cfg = dry_run("trinity", capsys, "astuner.task_reader.task_selector.selector_type=difficulty_based",
                   "astuner.task_reader.task_selector.feature_keys=[qwen_0.5b,qwen_7b]",
                   "+astuner.task_reader.task_selector.kwargs.tau=0",
@@ -106,18 +108,18 @@ def test_selector_and_operators_reach_the_trinity_config(capsys, monkeypatch):
     ("astuner.trainer_common.algorithm.norm_adv_by_std_in_grpo=false", "norm_adv_by_std_in_grpo"),
     ("astuner.trainer_common.mini_batch_num=2", "mini_batch_num"),
 ])
-def test_settings_trinity_cannot_honour_are_refused_not_ignored(override, named, capsys, monkeypatch):
-    monkeypatch.chdir(REPO_ROOT)
+def test_settings_trinity_cannot_honour_are_refused_not_ignored(tmp_path, override, named, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     code, _, err = run_cli(["--conf", str(REPO_ROOT / "tutorial" / "example_math_agent" / "math_agent.yaml"),
                             "--backbone", "trinity", "--dry-run", override], capsys)
     assert code == 2 and named in err and "backbone trinity cannot do" in err
 
 
-def test_verl_says_what_it_cannot_do_as_asked(capsys, monkeypatch):
+def test_verl_says_what_it_cannot_do_as_asked(tmp_path, capsys, monkeypatch):
     """The parity table's verl mismatches are logged, not silent."""
     from loguru import logger
 
-    monkeypatch.chdir(REPO_ROOT)
+    monkeypatch.chdir(tmp_path)
     al = "astuner.trainer_common.algorithm"
     said: list[str] = []
     handler = logger.add(lambda message: said.append(str(message)), level="INFO")
@@ -132,9 +134,9 @@ def test_verl_says_what_it_cannot_do_as_asked(capsys, monkeypatch):
         logger.remove(handler)
 
 
-def test_every_algorithm_key_reaches_verls_actor(capsys, monkeypatch):
+def test_every_algorithm_key_reaches_verls_actor(tmp_path, capsys, monkeypatch):
     """The parity table's verl column, row by row (non-default values, so that a dropped key shows)."""
-    monkeypatch.chdir(REPO_ROOT)
+    monkeypatch.chdir(tmp_path)
     al, tc = "astuner.trainer_common.algorithm", "astuner.trainer_common"
     cfg = dry_run("verl", capsys, f"{al}.norm_adv_by_std_in_grpo=false", f"{al}.clip_ratio_low=0.1",
                   f"{al}.clip_ratio_high=0.28", f"{al}.clip_ratio_c=2.5", f"{al}.use_kl_loss=true",
@@ -152,8 +154,8 @@ def test_every_algorithm_key_reaches_verls_actor(capsys, monkeypatch):
                               "clip_grad": 0.5}
 
 
-def test_lora_reaches_verls_keys_and_is_refused_where_it_cannot_be_honoured(capsys, monkeypatch):
-    monkeypatch.chdir(REPO_ROOT)
+def test_lora_reaches_verls_keys_and_is_refused_where_it_cannot_be_honoured(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     lora = "astuner.model.lora={rank: 16, alpha: 32, target_modules: [q_proj, v_proj]}"
     gpu = dry_run("verl", capsys, lora, "astuner.trainer_common.device=cuda",
                  "astuner.trainer_common.n_gpus_per_node=1")["actor_rollout_ref"]["model"]
@@ -174,10 +176,11 @@ def test_lora_reaches_verls_keys_and_is_refused_where_it_cannot_be_honoured(caps
     assert code == 2 and "astuner.model.lora cannot be honoured by Trinity-RFT" in err
 
 
-def test_verl_on_the_cpu_refuses_an_adapted_head_of_a_tied_model(tiny_model_dir, capsys, monkeypatch):
-    monkeypatch.chdir(REPO_ROOT)
+def test_verl_on_the_cpu_refuses_an_adapted_head_of_a_tied_model(tmp_path, tiny_model_dir, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     args = ["--conf", SEED, "--backbone", "verl", "--dry-run", f"astuner.model.path={tiny_model_dir}",
-            "astuner.trainer_common.device=cpu"]
+            "astuner.trainer_common.device=cpu", "astuner.rollout.max_model_len=4096",  # the tiny model's positions
+            "astuner.data.max_prompt_length=1000", "astuner.data.max_response_length=3000"]
     code, _, err = run_cli([*args, "astuner.model.lora={target_modules: [q_proj, lm_head]}"], capsys)
     assert code == 2 and "['lm_head'] on the CPU" in err and "(tied)" in err
     code, _, err = run_cli([*args, "astuner.model.lora={target_modules: [q_proj, v_proj]}"], capsys)

@@ -596,7 +596,11 @@ def test_the_schema_table_is_trinitys():
     ({"algorithm": {"optimizer": {"lr_warmup_steps": "5"}}},
      "algorithm.optimizer.lr_warmup_steps: must be an integer, got '5' (a string)"),
     ({"algorithm": {"optimizer": {"clip_grad": [1.0]}}},
-     "algorithm.optimizer.clip_grad: must be a number >= 0, got [1.0] (a list)"),
+     "algorithm.optimizer.clip_grad: must be a finite number >= 0, got [1.0] (a list)"),
+    # nan and inf are no setting: nan passes every comparison's negation, inf every lower bound
+    ({"algorithm": {"optimizer": {"lr_warmup_steps_ratio": float("nan")}}},
+     "algorithm.optimizer.lr_warmup_steps_ratio: must be a finite number >= 0, got nan (a number)"),
+    ({"trainer": {"grad_clip": float("inf")}}, "trainer.grad_clip: must be a finite number >= 0, got inf (a number)"),
     ({"algorithm": {"kl_loss_fn": ["k1"]}}, "algorithm.kl_loss_fn: must be a string or null, got ['k1'] (a list)"),
     ({"explorer": {"eval_on_startup": "false"}}, "explorer.eval_on_startup: must be true or false, got 'false'"),
     ({"continue_from_checkpoint": "no"}, "continue_from_checkpoint: must be true or false, got 'no' (a string)"),

@@ -53,7 +53,8 @@ def screen_rows(raw: str) -> list[str]:
 
 def test_bars_and_log_lines_never_share_a_row(tmp_path):
     code, raw = run_in_terminal(["--conf", "tutorial/example_tiny_cpu/tiny_cpu.yaml", "--exp-dir", str(tmp_path),
-                                 "astuner.trainer_common.total_training_steps=40"], REPO_ROOT)
+                                 f"astuner.model.path={tmp_path}/model", "astuner.trainer_common.total_training_steps=40"],
+                                REPO_ROOT)
     assert code == 0, raw[-3000:]
     assert "%|" in raw  # a bar was drawn on the terminal
     rows = screen_rows(raw)
@@ -68,7 +69,8 @@ def test_bars_and_log_lines_never_share_a_row(tmp_path):
 
 def test_without_a_terminal_there_is_no_bar(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "astuner", "--conf", "tutorial/example_tiny_cpu/tiny_cpu.yaml",
-                           "--exp-dir", str(tmp_path), "astuner.trainer_common.total_training_steps=3"],
+                           "--exp-dir", str(tmp_path), f"astuner.model.path={tmp_path}/model",
+                           "astuner.trainer_common.total_training_steps=3"],
                           cwd=REPO_ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "%|" not in proc.stderr and "\r" not in proc.stderr and "\x1b[" not in proc.stderr

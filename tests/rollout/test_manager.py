@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -77,7 +78,8 @@ def test_groups_judge_and_samples(tokenizer):
 
 
 def test_concurrency_is_bounded_by_max_env_worker(tokenizer):
-    engine = ScriptedEngine(tokenizer, answers, delay_s=0.02)
+    # each call stays in flight long enough for the other episodes allowed in to reach the engine, under load too
+    engine = ScriptedEngine(tokenizer, answers, delay_s=0.25)
     manager = RolloutManager(config(max_env_worker=3), AskOnce, build_judge(MathAnswerAsJudge, config()), engine,
                              tokenizer)
     asyncio.run(manager.run(tasks(4)))
@@ -108,12 +110,13 @@ def test_failed_episodes_are_not_trained_on_by_default(tokenizer):
 
 
 def test_hanging_episode_times_out(tokenizer):
-    manager = RolloutManager(config(episode_timeout_s=0.3), Hangs, None, ScriptedEngine(tokenizer, []), tokenizer)
+    # 2 s: the episodes that do not hang finish within it on a loaded machine too; the hanging one sleeps 60 s
+    manager = RolloutManager(config(episode_timeout_s=2.0), Hangs, None, ScriptedEngine(tokenizer, []), tokenizer)
     started = time.perf_counter()
     batch = asyncio.run(manager.run(tasks(1)))
-    assert time.perf_counter() - started < 5
+    assert time.perf_counter() - started < 30  # not the hanging episode's 60 s
     timed_out = [e for e in batch.episodes if e.failed]
-    assert len(timed_out) == 1 and "ran over 0.3s" in timed_out[0].error
+    assert len(timed_out) == 1 and "ran over 2.0s" in timed_out[0].error
 
 
 def test_error_rate_above_limit_stops_with_message(tokenizer):
@@ -155,20 +158,21 @@ def test_madness_overrides_reward(tokenizer):
     assert batch.metrics["rollout/madness_rate"] == 1.0
 
 
-class Blocking(Workflow):
-    async def execute(self, workflow_task, model_tuner):
-        time.sleep(0.2)  # blocks its own loop only
-        reply = await model_tuner([{"role": "user", "content": workflow_task.task.main_query}])
-        return WorkflowOutput(reward=1.0, metadata={"text": text_of(reply)})
-
-
 def test_blocking_workflows_in_threads_overlap(tokenizer):
+    """Six workflows that block their thread are all blocked at once: each waits at a barrier for the other
+    five (run one after another, or on one loop, the first would wait alone and fail)."""
+    barrier = threading.Barrier(6)
+
+    class Blocking(Workflow):
+        async def execute(self, workflow_task, model_tuner):
+            barrier.wait(timeout=20)  # blocks its own loop only
+            reply = await model_tuner([{"role": "user", "content": workflow_task.task.main_query}])
+            return WorkflowOutput(reward=1.0, metadata={"text": text_of(reply)})
+
     engine = ScriptedEngine(tokenizer, answers)
-    manager = RolloutManager(config(run_workflow_in_thread=True, max_env_worker=6), Blocking, None, engine, tokenizer)
-    started = time.perf_counter()
-    batch = asyncio.run(manager.run(tasks(2)))
-    assert time.perf_counter() - started < 1.0  # six 0.2 s blocks ran side by side
-    assert all(not e.failed for e in batch.episodes) and len(engine.outputs) == 6
+    cfg = config(run_workflow_in_thread=True, max_env_worker=6, episode_timeout_s=60.0)
+    batch = asyncio.run(RolloutManager(cfg, Blocking, None, engine, tokenizer).run(tasks(2)))
+    assert not [e.error for e in batch.episodes if e.failed] and len(engine.outputs) == 6
 
 
 def test_validation_uses_val_kwargs(tokenizer):
@@ -197,30 +201,43 @@ def test_64_blocking_workflows_in_threads_complete_with_the_hf_engine(tiny_model
     from astuner.model.engines.hf import HFEngine
 
     engine = HFEngine.from_pretrained(str(tiny_model_dir), tokenizer, max_num_seqs=64)
-    cfg = config(run_workflow_in_thread=True, max_env_worker=64, episode_timeout_s=60.0,
+    # starved, every episode would wait until its timeout: 120 s leaves a loaded machine time for the real work
+    cfg = config(run_workflow_in_thread=True, max_env_worker=64, episode_timeout_s=120.0,
                  max_response_length_in_one_turn=4)
     cfg.rollout.num_repeat = 4
-    started = time.perf_counter()
     batch = asyncio.run(RolloutManager(cfg, BlocksThenAsks, None, engine, tokenizer).run(tasks(16)))
     assert len(batch.episodes) == 64 and not [e.error for e in batch.episodes if e.failed]
     assert all(len(e.recorder.calls) == 1 for e in batch.episodes)
-    assert time.perf_counter() - started < 30
-
-
-class CallsAfterItsTimeout(Workflow):
-    async def execute(self, workflow_task, model_tuner):
-        time.sleep(0.6)  # past the episode's timeout, in its thread
-        await model_tuner([{"role": "user", "content": "still there?"}])
-        return WorkflowOutput(reward=1.0)
 
 
 def test_a_timed_out_thread_adds_nothing_to_its_episode(tokenizer):
+    """The workflow's thread is held until its episode has timed out, then makes its call: refused, nothing
+    recorded, nothing generated."""
+    release, tried, outcome = threading.Event(), threading.Event(), []
+
+    class CallsAfterItsTimeout(Workflow):
+        async def execute(self, workflow_task, model_tuner):
+            release.wait(60)  # past the episode's timeout, in its thread
+            try:
+                await model_tuner([{"role": "user", "content": "still there?"}])
+                outcome.append("answered")
+            except Exception as exc:  # noqa: BLE001 - the refusal, whatever its type
+                outcome.append(type(exc).__name__)
+            finally:
+                tried.set()
+            return WorkflowOutput(reward=1.0)
+
     engine = ScriptedEngine(tokenizer, lambda p: "late")
     cfg = config(run_workflow_in_thread=True, episode_timeout_s=0.2)
     cfg.rollout.num_repeat = 1
-    batch = asyncio.run(RolloutManager(cfg, CallsAfterItsTimeout, None, engine, tokenizer).run(
-        tasks(1), check_error_rate=False))
-    (episode,) = batch.episodes
+
+    async def rollout_then_late_call():
+        batch = await RolloutManager(cfg, CallsAfterItsTimeout, None, engine, tokenizer).run(
+            tasks(1), check_error_rate=False)
+        release.set()  # the thread wakes up and tries its call, while the rollout's loop still runs
+        assert await asyncio.to_thread(tried.wait, 60)
+        return batch
+
+    (episode,) = asyncio.run(rollout_then_late_call()).episodes
     assert episode.failed and "ran over 0.2s" in episode.error
-    time.sleep(1.0)  # the thread wakes up and tries its call
-    assert episode.recorder.calls == [] and engine.outputs == []
+    assert outcome == ["EpisodeClosed"] and episode.recorder.calls == [] and engine.outputs == []

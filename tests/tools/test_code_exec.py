@@ -25,14 +25,14 @@ def test_errors_are_reported():
 def test_wall_time_limit_kills_the_process():
     started = time.perf_counter()
     text = run("while True: pass", timeout_s=1)
-    assert time.perf_counter() - started < 5
+    assert time.perf_counter() - started < 20  # killed at 1 s (the rest: a loaded machine's start-up and slack)
     assert "<returncode>-1</returncode>" in text and "TimeoutError" in text
 
 
 def test_model_cannot_raise_the_time_limit():
     started = time.perf_counter()
     asyncio.run(make_execute_python_code(timeout_s=1)("import time; time.sleep(30)", timeout=300))
-    assert time.perf_counter() - started < 5
+    assert time.perf_counter() - started < 20  # not the 30 s the code sleeps
 
 
 def test_memory_limit():

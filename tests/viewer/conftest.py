@@ -32,3 +32,17 @@ def viewer(tiny_run):
     yield server
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture(scope="session")
+def multi_agent_run(tmp_path_factory) -> Path:
+    """One step of the multi-agent tutorial (three agents, three policies), its trajectories recorded."""
+    from astuner.cli import main
+
+    out = tmp_path_factory.mktemp("multi_agent_run")
+    code = main(["--conf", str(REPO_ROOT / "tutorial" / "example_multi_agent_cpu" / "signal_game.yaml"),
+                 "--exp-dir", str(out), f"astuner.model.path={out}/model", "astuner.trainer_common.total_training_steps=1",
+                 "astuner.trainer_common.val_before_train=false", "astuner.data.train_batch_size=2",
+                 "astuner.rollout.num_repeat=2"])
+    assert code == 0
+    return out / "signal_game"

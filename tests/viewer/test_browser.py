@@ -162,3 +162,26 @@ def test_an_episode_of_several_policies_shows_each_agent_with_its_policy_and_rew
         shown = str(int(reward)) if float(reward).is_integer() else f"{reward:.3f}"
         assert f"{agent} (policy {agent}, reward {shown})" in text, text
     assert "noise (policy noise)" in text  # the frozen agent: its policy, no reward of its own
+
+
+def test_the_conversation_of_a_multi_agent_episode_shows_every_agents_turns(browser, multi_agent_run):
+    """Was: the last call only (the guesser's prompt and answer); the hinter's and the noise agent's turns were
+    nowhere on the page."""
+    from astuner.viewer import start_viewer
+
+    row = json.loads((multi_agent_run / "trajectories" / "step_1.jsonl").read_text().splitlines()[0])
+    server = start_viewer(multi_agent_run)
+    try:
+        browser.get(f"{server.url}?step=1&episode={row['episode_uuid']}")
+        wait(browser, EC.presence_of_element_located((By.CSS_SELECTOR, ".conversation .agent-turns")))
+        groups = browser.find_elements(By.CSS_SELECTOR, ".conversation .agent-turns")
+        shown = [(g.get_attribute("data-agent"), g.find_element(By.CSS_SELECTOR, "h3.agent").text,
+                  [m.text for m in g.find_elements(By.CSS_SELECTOR, ".msg")]) for g in groups]
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [agent for agent, _, _ in shown] == ["hinter", "noise", "guesser"]
+    for (agent, label, messages), turn in zip(shown, row["conversations"]):
+        assert label == f"agent {agent}"
+        assert len(messages) == 2 and turn["messages"][0]["content"] in messages[0]  # its prompt, then its reply
+        assert messages[1].lower().startswith(f"assistant · {agent}") and messages[1].endswith(turn["response"].strip())

@@ -69,7 +69,7 @@ def test_a_busy_logview_port_is_refused_before_the_run_folder_exists(tmp_path, c
     taken.listen()
     try:
         argv = ["--conf", "tutorial/example_tiny_cpu/tiny_cpu.yaml", "--exp-dir", str(tmp_path / "runs"),
-                "--with-logview", "--logview-port", str(taken.getsockname()[1]),
+                "--with-logview", "--logview-port", str(taken.getsockname()[1]), f"astuner.model.path={tmp_path}/model",
                 "astuner.trainer_common.total_training_steps=1"]
         code, _, err = run_cli(argv, capsys)
     finally:

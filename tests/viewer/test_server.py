@@ -303,3 +303,36 @@ def test_the_validation_before_the_warm_start_is_a_curve(tmp_path):
     finally:
         pyplot.Axes.plot = original
     assert "val before the warm start" in drawn and (tmp_path / "curve.png").stat().st_size > 1000
+
+
+def test_a_multi_agent_episode_carries_every_agents_turns(multi_agent_run):
+    """Was: the episode row held the last call only (the guesser's), so the viewer showed one of three agents."""
+    row = json.loads((multi_agent_run / "trajectories" / "step_1.jsonl").read_text().splitlines()[0])
+    viewer = start_viewer(multi_agent_run)
+    try:
+        status, _, body = get(viewer, f"/api/episode/1/{row['episode_uuid']}")
+    finally:
+        viewer.shutdown()
+        viewer.server_close()
+    episode = json.loads(body)["episode"]
+    assert status == 200
+    turns = episode["conversations"]
+    assert [t["agent"] for t in turns] == ["hinter", "noise", "guesser"]  # in the order they spoke
+    assert [t["policy"] for t in turns] == ["hinter", "noise", "guesser"]
+    assert turns[0]["messages"][0]["content"].startswith("Secret is ") and turns[1]["messages"][0]["content"] == \
+        "Say any digit ."
+    hint, said = turns[0]["response"], turns[1]["response"]
+    assert turns[2]["messages"][0]["content"] == f"Hint is {hint} . Noise is {said} . Name the secret ."
+
+
+def test_an_agent_that_keeps_its_history_is_one_conversation():
+    from astuner.schema.calls import CallRecord, conversations
+
+    def call(agent, *texts):
+        messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(texts)]
+        return CallRecord(agent, messages, None, "", [], [], [], "stop", "reply")
+
+    react = [call("a", "q"), call("a", "q", "r1", "tool"), call("a", "q", "r1", "tool", "r2", "tool")]
+    assert conversations(react) == [react[2]]  # its last call holds the whole conversation
+    debate = [call("a", "q"), call("b", "q"), call("a", "q", "r1", "b said"), call("b", "fresh start")]
+    assert conversations(debate) == [debate[1], debate[2], debate[3]]

@@ -23,6 +23,8 @@ from astuner.model.precision import compute_dtype
 from astuner.records.metrics import MetricsWriter, plot_reward_curve, write_trajectories
 from astuner.records.tokens import TokenPieces, token_record, write_token_records
 from astuner.rollout.manager import RolloutBatch, RolloutManager, build_judge
+from astuner.rollout.row_problems import RowProblems
+from astuner.schema.calls import conversations
 from astuner.task_judge.math_answer import expected_answer
 from astuner.backbone.debug.resume import check_resume, check_saved_policy
 from astuner.backbone.debug.checkpoint import (latest_checkpoint, load_trainer_state, restore_rng, rng_state,
@@ -35,6 +37,8 @@ class DebugTrainer:
         self.cfg = ctx.config.astuner
         self.run_dir = ctx.run_dir
         self.stop_requested = False
+        self.row_problems = RowProblems()  # tasks whose rows lack what the workflow or judge read
+        self.trained_steps = 0  # steps of this session whose update had samples
         # one event loop for the whole run: in-process engines (vLLM) keep background tasks on it
         self.loop = asyncio.new_event_loop()
 
@@ -91,7 +95,8 @@ class DebugTrainer:
                      **(getattr(self.ctx, "auxiliary_models", None) or {})}
         self.manager = RolloutManager(cfg, self.ctx.plugins.workflow, self.judge, self.engine, self.tokenizer,
                                       auxiliary_models=auxiliary,
-                                      engines={name: slot.engine for name, slot in self.slots.items()})
+                                      engines={name: slot.engine for name, slot in self.slots.items()},
+                                      row_problems=self.row_problems)
         steps_per_epoch = self.selector.steps_per_epoch(cfg.data.train_batch_size)
         self.total_steps = tc.total_training_steps or tc.total_epochs * steps_per_epoch
         from astuner.records.monitors import open_monitors
@@ -162,15 +167,15 @@ class DebugTrainer:
         import torch
 
         from astuner.backbone.debug import lora
-        from astuner.backbone.debug.policies import (PolicySlot, check_supported, policy_lora, policy_seed,
-                                                     policy_trainer_config, same_vocabulary)
+        from astuner.backbone.debug.policies import (PolicySlot, adapter_names_problem, check_supported, policy_lora,
+                                                     policy_seed, policy_trainer_config, same_vocabulary)
         from astuner.backbone.debug.policy import PolicyTrainer
         from astuner.model.engines.factory import build_engine, load_tokenizer, pick_engine
         from astuner.model.engines.hf import AdapterRoute
         from astuner.model.model_path import resolve_local_model
 
         cfg, tc = self.cfg, self.cfg.trainer_common
-        problem = check_supported(cfg, pick_engine(cfg))
+        problem = check_supported(cfg, pick_engine(cfg), self.ctx.config.extra_roots)
         if problem:
             raise ConfigError(problem)
         where: dict[str, tuple[str, Any]] = {}  # policy -> (its base model, its LoRA settings or None)
@@ -200,6 +205,12 @@ class DebugTrainer:
                 model = shared.get(path)
                 if model is None:
                     model = self._load_policy(None, device, False, base=path, lora_cfg=None)
+                    # the loaded model's own parameter names, which its safetensors may not all show (tied weights)
+                    weights = list(model.state_dict())
+                    problem = adapter_names_problem([n for n, w in where.items() if w[0] == path and w[1] is not None],
+                                                    lambda _: weights)
+                    if problem:
+                        raise ConfigError(problem)
                 if saved is not None:
                     model = lora.load_adapter(model, saved, pc.trainable, name)
                 else:
@@ -327,6 +338,7 @@ class DebugTrainer:
                 self._steps(bar)
             finally:
                 bar.close()
+            self._row_summary()
         finally:
             try:
                 self._finish()  # under the trainer's handler: a second Ctrl-C here still stops at once
@@ -387,7 +399,8 @@ class DebugTrainer:
                     f"through the workflow, then {s.steps} SFT steps")
         t0 = time.perf_counter()
         demos = self._await(sft.play(
-            lambda engine: RolloutManager(cfg, self.ctx.plugins.workflow, self.judge, engine, self.tokenizer),
+            lambda engine: RolloutManager(cfg, self.ctx.plugins.workflow, self.judge, engine, self.tokenizer,
+                                          row_problems=self.row_problems),
             self.ctx.plugins.expert, self.tokenizer, self.train_tasks, s.demonstrations_per_task, s.min_reward))
         if not demos.samples:
             raise RunFailed(f"astuner.trainer_common.sft: none of the expert's {demos.episodes} episodes scored at "
@@ -409,6 +422,18 @@ class DebugTrainer:
                     f"expert episodes (expert reward {demos.expert_reward:.3f}), {len(losses)} steps, loss "
                     f"{losses[0]:.3f} -> {losses[-1]:.3f} in {t2 - t1:.0f} s")
         return out
+
+    def _row_summary(self) -> None:
+        """The run's end: the tasks skipped because their rows lack what the workflow or judge read, in one line;
+        a run that trained no step because of them fails with that line."""
+        summary = self.row_problems.summary()
+        if summary is None:
+            return
+        if self.trained_steps == 0 and self.start_step == 0:
+            others = "" if self.row_problems.only_skipped() else "; the other tasks' episodes trained nothing either"
+            head = "no step trained: "
+            raise DataError(f"{head}{self.row_problems.summary(300 - len(head) - len(others))}{others}")
+        logger.warning(summary)
 
     def _on_sigint(self, signum: int, frame: Any) -> None:
         if self.stop_requested:  # second Ctrl-C: stop now (the last checkpoint and metrics rows stay)
@@ -454,6 +479,7 @@ class DebugTrainer:
                 metrics[f"{prefix}train/samples"] = float(len(own))
             trained += own
         samples = trained
+        self.trained_steps += bool(samples)
         t2 = time.perf_counter()
         for slot in self.slots.values():
             if slot.learns:
@@ -534,6 +560,10 @@ class DebugTrainer:
                 "metrics": {**e.metrics, **e.text_metrics},  # the workflow's and judge's, text ones as text
                 "metadata": e.output.metadata if e.output else None,
             })
+            whole = conversations(e.recorder.calls)
+            if len(whole) > 1:  # several agents (or contexts): each one's, labelled; else messages + response are it
+                rows[-1]["conversations"] = [{"agent": c.target, "policy": c.policy, "messages": c.messages,
+                                              "response": c.response_text} for c in whole]
         write_trajectories(self.run_dir.trajectories, step, rows)
         # token by token, for the trajectory viewer: what each sample's tokens read as, which were trained, the
         # engine's and the trainer's log-probs, the advantage (gzip: the prompts repeat from sample to sample)

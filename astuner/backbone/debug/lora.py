@@ -105,8 +105,47 @@ def load_adapter(model: Any, folder: Path, trainable: bool = True, name: str = "
         warnings.filterwarnings("ignore", message=".*tie_word_embeddings.*")
         if hasattr(model, "peft_config"):
             model.load_adapter(str(folder), adapter_name=name, is_trainable=trainable)
-            return model
-        return PeftModel.from_pretrained(model, str(folder), adapter_name=name, is_trainable=trainable)
+        else:
+            model = PeftModel.from_pretrained(model, str(folder), adapter_name=name, is_trainable=trainable)
+    check_adapter_tensors(model, folder, name)
+    return model
+
+
+def check_adapter_tensors(model: Any, folder: Path, name: str) -> None:
+    """The adapter file in `folder` holds the tensors its config makes on this base (each adapted layer's lora_A
+    and lora_B, as adapter `name` of `model` has them), no more and no fewer: peft loads a file that lacks some
+    (leaving them as initialised) or holds another adapter's (ignoring them) without a word, so a damaged
+    checkpoint is a DataError naming it, never a model with random weights in it."""
+    from peft import get_peft_model_state_dict
+
+    expected = set(get_peft_model_state_dict(model, adapter_name=name, save_embedding_layers=False))
+    held = set(_saved_tensor_names(folder))
+    missing = sorted(expected - held)
+    # a saved embedding layer (peft keeps a resized one whole) is a base weight: only LoRA tensors are foreign
+    foreign = sorted(k for k in held - expected if any(p.startswith("lora_") for p in k.split(".")))
+    if not missing and not foreign:
+        return
+    said = [f"{len(missing)} of its {len(expected)} tensors missing (e.g. {_short_key(missing[0])})"] if missing else []
+    if foreign:
+        said.append(f"{len(foreign)} that are not its own (e.g. {_short_key(foreign[0])})")
+    raise DataError(f"the adapter in {folder} does not match its {ADAPTER_CONFIG}: {' and '.join(said)}; the "
+                    f"checkpoint is damaged: use another one")
+
+
+def _saved_tensor_names(folder: Path) -> list[str]:
+    from astuner.model.weight_names import safetensors_names
+
+    file = folder / "adapter_model.safetensors"
+    if file.is_file():
+        return safetensors_names(file)
+    import torch
+
+    return list(torch.load(folder / "adapter_model.bin", map_location="cpu", weights_only=True))
+
+
+def _short_key(key: str) -> str:
+    key = key.removeprefix("base_model.model.")
+    return key if len(key) <= 50 else "..." + key[-47:]
 
 
 def adapter_parameters(model: Any, name: str) -> list[Any]:

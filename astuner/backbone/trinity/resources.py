@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from astuner.backbone.machine import GPUS_KEY, gpus_per_node
+from astuner.backbone.machine import gpus_per_node
 from astuner.errors import ConfigError
 
 
@@ -29,15 +29,14 @@ def trinity_mode(run: Any, cpu: bool = False) -> tuple[str, int]:
                               f"(it is {per_engine})")
         if engines != 1:
             raise ConfigError(f"backbone trinity: astuner.trainer_common.trinity_only__n_vllm_engine is {engines} but "
-                              f"there is one GPU ({GPUS_KEY} × nnodes), which one vLLM engine shares with the trainer "
-                              f"(colocate mode); set trinity_only__n_vllm_engine=1, or run where there are more GPUs "
-                              f"({engines * per_engine} for the engines and at least one for the trainer)")
+                              f"there is one GPU (n_gpus_per_node × nnodes), which one vLLM engine shares with the "
+                              f"trainer; set it to 1, or use {engines * per_engine + 1} GPUs or more")
         return "colocate", 1
     if engines * per_engine >= total:
         raise ConfigError(f"backbone trinity: {engines} vLLM engine(s) × tensor parallel {per_engine} = "
-                          f"{engines * per_engine} GPUs leave none of the {total} GPUs (astuner.trainer_common.nnodes "
-                          f"× n_gpus_per_node) to the trainer; lower astuner.trainer_common.trinity_only__n_vllm_engine "
-                          f"or astuner.rollout.tensor_model_parallel_size, or use more GPUs")
+                          f"{engines * per_engine} GPUs leave none of the {total} GPUs (nnodes × n_gpus_per_node) to "
+                          f"the trainer; lower astuner.trainer_common.trinity_only__n_vllm_engine or "
+                          f"astuner.rollout.tensor_model_parallel_size, or use more GPUs")
     return "both", engines
 
 

@@ -137,8 +137,11 @@ class VerlBackbone:
 
     def plan(self, config: Any) -> Optional[str]:
         from astuner.backbone.plan import machine_plan
+        from astuner.backbone.verl.checks import check_sizes
 
-        return machine_plan(config, lambda cpu, count: engines_of(config, cpu, count))
+        line = machine_plan(config, lambda cpu, count: engines_of(config, cpu, count))
+        check_sizes(config)
+        return line
 
     def check_resume(self, config: Any, checkpoints: Any) -> None:
         """verl resumes from its own checkpoints (trainer.resume_mode auto) and checks them itself."""

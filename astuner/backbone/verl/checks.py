@@ -8,13 +8,14 @@ from astuner.backbone.machine import gpus_per_node
 from astuner.errors import ConfigError
 
 
-def check_batching(run: Any, n_train: int) -> None:
-    """What verl 0.9 asserts in the middle of a run (it pads nothing), said before launch."""
+def check_batching(run: Any, n_train: Optional[int]) -> None:
+    """What verl 0.9 asserts in the middle of a run (it pads nothing), said before launch (`n_train`: the training
+    tasks, None where they are not counted yet)."""
     a = run.astuner
     tc, batch, n = a.trainer_common, a.data.train_batch_size, a.rollout.num_repeat
     gpus = tc.nnodes * gpus_per_node(run)
     problems = []
-    if n_train < batch:
+    if n_train is not None and n_train < batch:
         problems.append(f"there are {n_train} training tasks, fewer than astuner.data.train_batch_size ({batch})")
     if batch % tc.mini_batch_num:
         problems.append(f"astuner.data.train_batch_size ({batch}) must be a multiple of "
@@ -29,6 +30,34 @@ def check_batching(run: Any, n_train: int) -> None:
                         f"must hold one whole sequence (data.max_prompt_length + max_response_length = {longest})")
     if problems:
         raise ConfigError("backbone verl: " + "; ".join(problems))
+
+
+def local_train_tasks(run: Any) -> Optional[int]:
+    """The training tasks, counted where they are read without the network (a hub dataset is counted when the run
+    reads it); None also where they cannot be read (the preflight's task check says why)."""
+    from astuner.config.paths import find_user_path
+    from astuner.errors import UserError
+    from astuner.task_reader import build_task_reader
+
+    tr = run.astuner.task_reader
+    if tr.type == "huggingface_dat_repo" and find_user_path(tr.huggingface_dat_repo.dataset_path or "",
+                                                            run.extra_roots) is None:
+        return None
+    try:
+        return len(build_task_reader(run.astuner, run.extra_roots).train_tasks())
+    except UserError:
+        return None
+
+
+def check_sizes(run: Any) -> None:
+    """Every check of the run's sizes against verl's, before launch and at --dry-run alike: the batch over the
+    tasks and GPUs, and on GPUs the trainer's memory where a GPU's is known (nvidia-smi)."""
+    from astuner.backbone.machine import cpu_mode, gpu_memory
+    from astuner.backbone.translate_common import local_model, user_verl_keys
+
+    check_batching(run, local_train_tasks(run))
+    if not cpu_mode(run):
+        check_memory(run, local_model(run) or run.astuner.model.path, gpu_memory(), user_verl_keys(run.merged))
 
 
 BYTES_PER_TRAINED_PARAM = 16  # fp32 weights and gradients, AdamW's two moments

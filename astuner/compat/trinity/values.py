@@ -6,6 +6,7 @@ Also the small helpers the translation's modules share."""
 
 from __future__ import annotations
 
+import math
 from typing import Any, Optional
 
 # dotted key -> "kind[>=least][|null]": kind int, number, str, bool, mapping or list; null where the
@@ -38,7 +39,7 @@ TASKSET = {
     "workflow_args": "mapping|null",
 }
 
-_KINDS = {"int": "an integer", "number": "a number", "str": "a string", "bool": "true or false",
+_KINDS = {"int": "an integer", "number": "a finite number", "str": "a string", "bool": "true or false",
           "mapping": "a mapping", "list": "a list"}
 _GOT = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", dict: "a mapping",
         list: "a list"}
@@ -54,7 +55,7 @@ def problem(value: Any, spec: str) -> Optional[str]:
         ok = False
     elif kind in ("int", "number"):
         ok = isinstance(value, (int, float) if kind == "number" else int) and not isinstance(value, bool)
-        ok = ok and (not least or value >= float(least))
+        ok = ok and math.isfinite(value) and (not least or value >= float(least))  # nan, inf: no setting
     else:
         ok = isinstance(value, {"str": str, "bool": bool, "mapping": dict, "list": list}[kind])
     if ok:

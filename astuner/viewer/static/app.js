@@ -267,6 +267,23 @@ function agentsFact(e) {
   }).join(", ");
 }
 
+// the episode's conversation: each agent's turns under its name (a multi-agent episode records each agent's
+// whole context as `conversations`), else the last call's messages and its reply
+function conversationOf(e) {
+  const turns = (messages, response, agent) => {
+    const out = (Array.isArray(messages) ? messages : []).filter((m) => m && typeof m === "object").map(message);
+    if (response !== null && response !== undefined) out.push(message({ role: "assistant", name: agent, content: response }));
+    return out;
+  };
+  const parts = Array.isArray(e.conversations) ? e.conversations.filter((c) => c && typeof c === "object") : [];
+  if (!parts.length) return turns(e.messages, e.response);
+  return parts.map((c) => {
+    const policy = c.policy !== undefined && c.policy !== "default" && c.policy !== c.agent ? ` (policy ${c.policy})` : "";
+    return el("div", { class: "agent-turns", "data-agent": c.agent },
+      el("h3", { class: "agent", text: `agent ${c.agent}${policy}` }), turns(c.messages, c.response, c.agent));
+  });
+}
+
 async function episodePage(step, uuid) {
   const data = await getJSON(`/api/episode/${step}/${encodeURIComponent(uuid)}`);
   const e = data.episode;
@@ -275,8 +292,7 @@ async function episodePage(step, uuid) {
     ["madness", e.madness], ["truncated", e.truncated], ["model calls", e.calls],
     ["tool calls that did not parse", e.tool_parse_failures], ["agents", agentsFact(e)],
     ...Object.entries(e.metrics || {}).map(([k, v]) => [k, v]), ["uuid", e.episode_uuid]];
-  const conversation = (e.messages || []).map(message);
-  if (e.response !== null && e.response !== undefined) conversation.push(message({ role: "assistant", content: e.response }));
+  const conversation = conversationOf(e);
   const threshold = el("input", { id: "threshold", type: "number", step: "0.01", min: "0", value: "0.1", style: "width:5em" });
   const samples = el("div", { id: "samples" });
   const draw = () => {

@@ -82,9 +82,12 @@ def test_ctrl_c_saves_and_exits_130(project):
     proc = subprocess.Popen([sys.executable, "-m", "astuner", *args], cwd=project, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     metrics = project / "launcher_record" / "tiny_cpu" / "metrics.jsonl"
-    deadline = time.time() + 120
-    while time.time() < deadline and (not metrics.exists() or len(metrics.read_text().splitlines()) < 2):
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None and \
+            (not metrics.exists() or len(metrics.read_text().splitlines()) < 2):
         time.sleep(0.2)
+    assert proc.poll() is None and metrics.exists() and len(metrics.read_text().splitlines()) >= 2, \
+        proc.communicate()[1][-2000:]
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-2000:]

@@ -142,6 +142,27 @@ def test_a_non_finite_loss_stops_before_the_weights_move(tiny_model_dir):
     assert all(torch.equal(poisoned[k], after[k]) or torch.isnan(poisoned[k]).all() for k in poisoned)
 
 
+# the CLI, held once global_step_0 is saved: the kill -9 lands there however slowly the test's own process runs
+HELD_AFTER_THE_WARM_START = """
+import sys, time
+from astuner.backbone.debug import loop
+from astuner.cli import main
+
+save = loop.save_checkpoint
+
+
+def save_then_hold(folder, step, *args, **kwargs):
+    saved = save(folder, step, *args, **kwargs)
+    if step == 0:
+        time.sleep(600)
+    return saved
+
+
+loop.save_checkpoint = save_then_hold
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 def test_a_run_killed_after_the_warm_start_resumes_as_the_uninterrupted_run(tmp_path, monkeypatch, capsys):
     """kill -9 once global_step_0 (the warm start's checkpoint) is complete, then --resume: the same run as not
     killing — the validation after the warm start (sampled at temperature 1.0, as in the main job) is part of
@@ -165,13 +186,14 @@ def test_a_run_killed_after_the_warm_start_resumes_as_the_uninterrupted_run(tmp_
     assert code == 0, err
 
     root = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "astuner", *argv, "astuner.experiment_name=killed"],
-                            cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([sys.executable, "-c", HELD_AFTER_THE_WARM_START, *argv, "astuner.experiment_name=killed"],
+                            cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     try:
-        deadline = time.time() + 300
+        deadline = time.time() + 600
         while time.time() < deadline and proc.poll() is None and \
                 not (root / "checkpoints" / "global_step_0" / "COMPLETE").exists():
-            time.sleep(0.05)
+            time.sleep(0.1)
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()

@@ -106,10 +106,10 @@ def test_workflow_turns_an_episode_into_experiences(prepared, tokenizer):
     assert "<tool_response>" in given and "72" in given  # the tool's output, not trained
 
 
-def test_dry_run_validates_the_users_trinity_subtree(capsys, monkeypatch):
+def test_dry_run_validates_the_users_trinity_subtree(tmp_path, capsys, monkeypatch):
     from tests.conftest import run_cli
 
-    monkeypatch.chdir(REPO_ROOT)
+    monkeypatch.chdir(tmp_path)  # the run folder the dry run checks: not the checkout's launcher_record/
     code, out, _ = run_cli(["--conf", str(SEED), "--backbone", "trinity", "--dry-run"], capsys)
     assert code == 0 and "AstunerTrinityWorkflow" in out
     code, _, err = run_cli(["--conf", str(SEED), "--backbone", "trinity", "--dry-run",

@@ -92,12 +92,12 @@ def test_agent_loop_returns_exact_outputs_for_a_multi_turn_episode(prepared, tok
     assert all(lp == 0.0 for lp, m in zip(out.response_logprobs, out.response_mask) if not m)
 
 
-def test_dry_run_prints_the_config_composed_with_verls_own(capsys, monkeypatch):
+def test_dry_run_prints_the_config_composed_with_verls_own(tmp_path, capsys, monkeypatch):
     import yaml
 
     from tests.conftest import run_cli
 
-    monkeypatch.chdir(REPO_ROOT)
+    monkeypatch.chdir(tmp_path)  # the run folder the dry run checks: not the checkout's launcher_record/
     code, out, _ = run_cli(["--conf", str(SEED), "--backbone", "verl", "--dry-run"], capsys)
     assert code == 0
     cfg = yaml.safe_load(out)
@@ -377,7 +377,7 @@ def test_verls_trackers_hold_the_last_step_when_fit_ends(tmp_path, monkeypatch, 
     else:
         module.RayPPOTrainer().fit()
     assert kept and kept[0]._finished  # finished as fit ended, though something still holds it
-    assert wandb_scalars(tmp_path, wait_s=5)["critic/score/mean"] == [(1, 0.1), (2, 0.2)]
+    assert wandb_scalars(tmp_path)["critic/score/mean"] == [(1, 0.1), (2, 0.2)]
     wandb.teardown()
 
 
