@@ -371,6 +371,9 @@ def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
     from astuner.records.progress import quiet_libraries
 
     quiet_libraries()  # the libraries' bars and advisory warnings off (ASTUNER_VERBOSE=1 keeps them)
+    from astuner.model.openmp import prefer_passive_waits
+
+    prefer_passive_waits()  # idle OpenMP threads sleep, unless torch is imported already (the engine says so then)
     _check_function(workflow_func, "workflow_func", ("task", "model"))
     if auxiliary_models and backbone != "debug":
         raise UserError(f"tune(auxiliary_models=...) are served on the debug backbone only in this version (backbone "

@@ -134,6 +134,9 @@ def main(argv: Sequence[str], stdin: Optional[Any] = None) -> int:
     from astuner.records.progress import quiet_libraries
 
     quiet_libraries()
+    from astuner.model.openmp import prefer_passive_waits
+
+    prefer_passive_waits()  # before torch is imported: its OpenMP runtime reads the wait policy then
     try:
         tools = load_tools(Path(args.tools)) if args.tools else None
         model, tokenizer = load(Path(args.checkpoint))

@@ -109,6 +109,8 @@ def _run(args: argparse.Namespace) -> int:
     from astuner.records.progress import quiet_libraries
 
     quiet_libraries(args.verbose)  # before transformers / datasets are imported: they read it then
+    from astuner.model.openmp import prefer_passive_waits
+
     from astuner.backbone import get_backbone
     from astuner.config import load_run_config
     from astuner.errors import Found

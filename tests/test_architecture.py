@@ -147,3 +147,99 @@ def test_the_graph_sees_imports():
     assert "astuner.backbone.debug.loop" in graph["astuner.backbone.debug.backbone"]  # inside run()
     assert "astuner.schema.calls" in graph["astuner.rollout.tracker"]
     assert floor(unit("astuner.backbone.verl.translate")) > floor(unit("astuner.backbone.machine"))
+
+
+# -- claims of docs/architecture.md that the code can be checked against ------------------------------------
+
+DOC = (REPO_ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+HEAVY = ("ray", "verl", "vllm", "trinity")  # each distributed backbone's own packages
+BACKBONE_PACKAGES = ("astuner.backbone.debug", "astuner.backbone.verl", "astuner.backbone.trinity")
+
+
+def _doc_path(module: str) -> str:
+    """`astuner.model.engines.vllm_engine` as the page writes it: `model/engines/vllm_engine.py`."""
+    return "/".join(module.split(".")[1:]) + ".py"
+
+
+def heavy_imports() -> dict[str, set[tuple[str, bool]]]:
+    """{module: {(heavy package, imported when the module loads)}}: function bodies run later; a class body, an
+    `if` or a `try` at module level run when it loads."""
+    found: dict[str, set[tuple[str, bool]]] = defaultdict(set)
+    for name, path in modules().items():
+        def visit(node: ast.AST, at_load: bool) -> None:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.If) and _is_type_checking(child):
+                    continue
+                if isinstance(child, ast.Import):
+                    targets = [alias.name for alias in child.names]
+                elif isinstance(child, ast.ImportFrom) and not child.level:
+                    targets = [child.module or ""]
+                else:
+                    targets = []
+                for target in targets:
+                    if target.split(".")[0] in HEAVY:
+                        found[name].add((target.split(".")[0], at_load))
+                visit(child, at_load and not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+
+        visit(ast.parse(path.read_text(encoding="utf-8")), True)
+    return found
+
+
+def test_heavy_packages_are_imported_where_the_page_says():
+    """verl, trinity, ray and vllm: in the backbone packages, and elsewhere only inside functions, in the files
+    docs/architecture.md names."""
+    outside = {m: imports for m, imports in heavy_imports().items() if not m.startswith(BACKBONE_PACKAGES)}
+    at_load = sorted(f"{m} imports {p} when it loads" for m, imports in outside.items() for p, load in imports if load)
+    assert not at_load, "\n".join(at_load)
+    unnamed = sorted(f"{_doc_path(m)} imports {', '.join(sorted(p for p, _ in imports))}"
+                     for m, imports in outside.items() if f"`{_doc_path(m)}`" not in DOC)
+    assert not unnamed, "files that import a backbone's package, not named in docs/architecture.md:\n" + \
+        "\n".join(unnamed)
+    assert "astuner.model.engines.vllm_engine" in outside  # the reading sees function-level imports
+
+
+BACKBONE_NAMES = ("debug", "verl", "trinity")
+
+
+def name_comparisons() -> dict[str, list[int]]:
+    """{module: lines} where a value is compared with a backbone's name (==, !=, in a tuple of names)."""
+    found: dict[str, list[int]] = defaultdict(list)
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Compare):
+                continue
+            for side in (node.left, *node.comparators):
+                values = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+                if any(isinstance(v, ast.Constant) and v.value in BACKBONE_NAMES for v in values):
+                    found[name].append(node.lineno)
+                    break
+    return found
+
+
+def test_only_the_files_the_page_names_choose_by_backbone_name():
+    """Everything else asks the backbone object the registry returns (docs/architecture.md says why these do)."""
+    found = name_comparisons()
+    unnamed = sorted(f"{_doc_path(m)}:{','.join(map(str, sorted(lines)))}" for m, lines in found.items()
+                     if f"`{_doc_path(m)}`" not in DOC)
+    assert not unnamed, "files comparing the backbone's name, not named in docs/architecture.md:\n" + \
+        "\n".join(unnamed)
+    assert "astuner.compat.trinity.translator" in found  # the reading sees `self.backbone == "trinity"`
+
+
+def test_each_test_folder_is_named_for_the_package_it_tests():
+    """tests/<package>/ for astuner/<package>/ or <module>.py (backbone/<name>_backbone/ for
+    astuner/backbone/<name>/), as docs/architecture.md describes the tests' layout; samples/ holds the
+    agentscope-samples games."""
+    entry = DOC[DOC.index("\ntests/ "):DOC.index("\n.ci/ ")]
+    stray = []
+    for folder in sorted(p for p in (REPO_ROOT / "tests").rglob("*") if p.is_dir() and (p / "__init__.py").exists()):
+        parts = list(folder.relative_to(REPO_ROOT / "tests").parts)
+        assert f"{folder.name}/" in entry, f"{folder.relative_to(REPO_ROOT)}: not in docs/architecture.md's tests entry"
+        if parts[0] == "samples":
+            continue
+        parts = [part.removesuffix("_backbone") if i == 1 and parts[0] == "backbone" else part
+                 for i, part in enumerate(parts)]
+        tested = PACKAGE.joinpath(*parts)
+        if not ((tested / "__init__.py").exists() or tested.with_suffix(".py").exists()):
+            stray.append(str(folder.relative_to(REPO_ROOT)))
+    assert not stray, f"test folders named for no package or module of astuner/: {stray}"

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Callable, Optional
 
 import pytest
 
-from tests.conftest import SEED_YAML, run_cli
+from tests.conftest import REPO_ROOT, SEED_YAML, run_cli
 
 YAML = "math_agent/math_agent.yaml"
 
@@ -53,6 +54,8 @@ EXTRA_FILES = {
     "data/dup.jsonl": '{"question": "a", "task_id": "t1"}\n{"question": "b", "task_id": "t1"}\n',
     "data/latin1.jsonl": b'{"question": "caf\xe9"}\n',
     "data/a_folder/x.jsonl": '{"question": "q"}\n',
+    "hf_empty/train.jsonl": "",
+    "hf_empty/test.jsonl": '{"question": "q"}\n',
     "data/table.parquet": "junk",
     "hf_corrupt/train.parquet": "junk",
     "hf_nodata/README.txt": "notes",
@@ -171,6 +174,16 @@ CASES: list[tuple[str, Optional[Callable[[str], str]], list[str], list[str]]] = 
     ("sft-expert-not-async", None, ["astuner.trainer_common.sft.steps=100",
                                     "astuner.trainer_common.sft.expert=workflows/sync_wf.py->SyncWorkflow"],
      ["astuner.trainer_common.sft.expert", "must be an async function (prompt: str) -> str"]),
+    # issue 38: the whole PolicyConfig of every policy (978 characters)
+    ("policy-name-with-slash", None, ["+astuner.policies={a/b: {trainable: false}}"],
+     ["astuner.policies: 'a/b' is not a folder name", "policies/<name>/"]),
+    # issue 38: a second line for the default reader's dataset_path, which the misspelt type does not read
+    ("unknown-reader-type-of-a-file-reader", dataset_file("data/ok.jsonl"), ["astuner.task_reader.type=dataset_fil"],
+     ["'dataset_fil' is not a task reader", "did you mean 'dataset_file'"]),
+    # issue 38: 346 characters
+    ("two-engines-on-one-gpu", None, ["--dry-run", "--backbone", "trinity", "astuner.trainer_common.device=cuda",
+                                      "astuner.trainer_common.n_gpus_per_node=1"],
+     ["trinity_only__n_vllm_engine is 2 but there is one GPU", "set it to 1, or use 3 GPUs or more"]),
 ]
 
 # Mistakes in what a run reads (tasks, model, environment service): --dry-run must catch them too.
@@ -200,6 +213,9 @@ PREFLIGHT_CASES: list[tuple[str, Optional[Callable[[str], str]], list[str], list
     ("env-service-refused", replace("type: huggingface_dat_repo ",
                                     "type: env_service\n    env_service: {env_url: 'http://127.0.0.1:9', env_type: x}\n   "),
      [], ["http://127.0.0.1:9", "start the service"]),
+    # issue 38: "StopIteration:" naming the folder
+    ("hf-local-folder-with-an-empty-file", hf_local("hf_empty"), [],
+     ["hf_empty/train.jsonl: the file holds no rows", "remove it from the folder"]),
 ]
 
 
@@ -324,3 +340,21 @@ def test_a_refused_key_is_said_once_not_again_by_the_checks_that_read_it(seed, c
     assert code == 2 and len(lines) == 3, err
     assert "is not a folder name" in lines[0] and "astuner.model.path must be a string" in lines[1], err
     assert "'Nope' is not defined" in lines[2], err
+
+
+def test_a_failed_first_validation_is_one_line(tmp_path, monkeypatch, capsys):
+    """issue 38: the validation before training ended on the first episode's whole error (335-352 characters)."""
+    shutil.copytree(REPO_ROOT / "tutorial" / "example_tiny_cpu", tmp_path / "tutorial" / "example_tiny_cpu")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "broken_agent.py").write_text(
+        "from astuner import Workflow\n\n\nclass Broken(Workflow):\n"
+        "    async def execute(self, workflow_task, model_tuner):\n"
+        "        raise ValueError('the tool server refused the call: ' + 'no such tool; ' * 30)\n")
+    code, _, err = run_cli(["--conf", "tutorial/example_tiny_cpu/tiny_cpu.yaml", "--exp-dir", str(tmp_path / "runs"),
+                            "astuner.rollout.agentscope_workflow=broken_agent.py->Broken",
+                            "astuner.trainer_common.total_training_steps=1"], capsys)
+    errors = [line for line in err.splitlines() if line.startswith("astuner: error: ")]
+    assert code == 2 and len(errors) == 1, err[-3000:]
+    assert len(errors[0]) <= 300, f"{len(errors[0])} characters: {errors[0]}"
+    assert "episodes failed" in errors[0] and "first error: ValueError: the tool server refused the call" in errors[0]
+    assert errors[0].endswith("... (tracebacks in the log)")

@@ -15,7 +15,9 @@ import sys
 
 import pytest
 
-pytest.importorskip("vllm")
+from tests.conftest import needs, needs_reason
+
+needs("vllm")
 
 from tests.conftest import REPO_ROOT  # noqa: E402
 from tests.helpers import scalars  # noqa: E402
@@ -55,7 +57,7 @@ def distributed(backbone, warm_model, tmp):
                    "astuner.trainer_common.sft.steps=0", "astuner.trainer_common.device=cpu", *SMALL)
 
 
-@pytest.mark.skipif(not HAS_VERL, reason="the verl environment")
+@pytest.mark.skipif(not HAS_VERL, reason=needs_reason("verl"))
 def test_verl_trains_the_openai_sdk_agent_through_the_gateway(warm_model, tmp_path):
     proc = distributed("verl", warm_model, tmp_path)
     root = tmp_path / "runs" / "openai_agent"
@@ -73,7 +75,7 @@ def test_verl_trains_the_openai_sdk_agent_through_the_gateway(warm_model, tmp_pa
     assert (root / "checkpoints" / "global_step_2" / "actor").is_dir()
 
 
-@pytest.mark.skipif(not HAS_TRINITY, reason="the Trinity environment")
+@pytest.mark.skipif(not HAS_TRINITY, reason=needs_reason("trinity"))
 def test_trinity_trains_the_openai_sdk_agent_through_the_gateway(warm_model, tmp_path):
     import sqlite3
 

@@ -18,12 +18,14 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("ray")
+from tests.conftest import needs, needs_reason
+
+needs("ray")
 
 from astuner.backbone.ray_cluster import RayUnavailable, cluster_reachable, ensure_ray, ray_cli_path  # noqa: E402
 
 if ray_cli_path() is None:
-    pytest.skip("the ray command is not installed", allow_module_level=True)
+    pytest.skip(needs_reason("ray", ": the ray command is not installed (ray[default])"), allow_module_level=True)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOOPBACK_SETTINGS = ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_USAGE_STATS_ENABLED", "RAY_AUTH_MODE")

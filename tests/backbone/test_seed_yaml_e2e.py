@@ -15,9 +15,11 @@ import sys
 
 import pytest
 
-pytest.importorskip("vllm")
+from tests.conftest import needs, needs_reason
 
-from tests.conftest import GSM8K_DIR, REPO_ROOT, run_cli  # noqa: E402
+needs("vllm")
+
+from tests.conftest import GSM8K_DIR, REPO_ROOT, require_gsm8k, run_cli  # noqa: E402
 from tests.helpers import scalars  # noqa: E402
 
 SEED = REPO_ROOT / "tutorial" / "example_math_agent" / "math_agent.yaml"
@@ -29,8 +31,7 @@ HAS_VERL = importlib.util.find_spec("verl") is not None and not HAS_TRINITY
 def seed_inputs(tmp_path_factory):
     """A GSM8K sample (8 training, 2 test rows) and a tiny model (vLLM's CPU attention: head size 64; byte-level
     BPE trained on those questions)."""
-    if not (GSM8K_DIR / "train.jsonl").exists():
-        pytest.skip(f"GSM8K not found at {GSM8K_DIR}")
+    require_gsm8k()
     from astuner.model.tiny_model import DEFAULT_CORPUS, build_tiny_model
 
     tmp = tmp_path_factory.mktemp("seed_yaml")
@@ -73,7 +74,7 @@ def trained(backbone, seed_inputs):
     return root, next(line for line in log.splitlines() if "machine: CPU mode" in line)
 
 
-@pytest.mark.skipif(not HAS_VERL, reason="the verl environment")
+@pytest.mark.skipif(not HAS_VERL, reason=needs_reason("verl"))
 def test_verl_trains_the_seed_yaml_on_the_cpu(seed_inputs):
     root, line = trained("verl", seed_inputs)
     assert "KV cache 1 GiB per engine × 1" in line  # not 85% of the machine
@@ -84,7 +85,7 @@ def test_verl_trains_the_seed_yaml_on_the_cpu(seed_inputs):
     assert set(scalars(root / "tensorboard")["critic/score/mean"]) == {1, 2}
 
 
-@pytest.mark.skipif(not HAS_TRINITY, reason="the Trinity environment")
+@pytest.mark.skipif(not HAS_TRINITY, reason=needs_reason("trinity"))
 def test_trinity_trains_the_seed_yaml_on_the_cpu(seed_inputs):
     root, line = trained("trinity", seed_inputs)
     assert "KV cache 1 GiB per engine × 1" in line and "(trinity_only__n_vllm_engine: 2 applies on GPUs)" in line
@@ -93,7 +94,7 @@ def test_trinity_trains_the_seed_yaml_on_the_cpu(seed_inputs):
     assert set(trainer["actor/grad_norm"]) == {1, 2}  # two trainer steps
 
 
-@pytest.mark.skipif(not (HAS_VERL or HAS_TRINITY), reason="a distributed backbone's environment")
+@pytest.mark.skipif(not (HAS_VERL or HAS_TRINITY), reason=needs_reason("verl or trinity"))
 def test_a_machine_that_cannot_hold_the_run_is_refused_before_ray_starts(seed_inputs, capsys, monkeypatch):
     from astuner.backbone import machine
 
@@ -119,7 +120,7 @@ def test_a_machine_that_cannot_hold_the_run_is_refused_before_ray_starts(seed_in
     assert not (tmp / "refused").exists()  # nothing written (and no Ray head started: no_head)
 
 
-@pytest.mark.skipif(not (HAS_VERL or HAS_TRINITY), reason="a distributed backbone's environment")
+@pytest.mark.skipif(not (HAS_VERL or HAS_TRINITY), reason=needs_reason("verl or trinity"))
 def test_an_engine_that_fails_to_start_ends_the_run_with_its_root_cause(seed_inputs):
     """vLLM's engine core refuses a KV cache larger than the machine (the user's VLLM_CPU_KVCACHE_SPACE; the
     memory reading is faked up so that our own check lets it through): the run ends with vLLM's reason in the

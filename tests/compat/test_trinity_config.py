@@ -15,6 +15,7 @@ from astuner.errors import UserError
 from astuner.tuner import AlgorithmConfig, tune
 from astuner.compat.trinity import config as tc
 from tests.api.test_tune_api import judge_function, run_react_agent
+from tests.conftest import needs
 
 # the least a Trinity config needs here: an algorithm, a model, a taskset
 MINIMAL = {"algorithm": {"algorithm_type": "multi_step_grpo", "repeat_times": 4},
@@ -559,8 +560,9 @@ def test_continue_from_checkpoint_false_starts_a_new_run_beside_the_old(dataset,
 
 
 def test_the_schema_table_is_trinitys():
-    """trinity_schema.py against Trinity-RFT's own dataclasses, where Trinity is installed (its environment)."""
-    pytest.importorskip("trinity")
+    """astuner/compat/trinity/schema.py against Trinity-RFT's own dataclasses, where Trinity is installed (its
+    environment)."""
+    needs("trinity")
     import dataclasses
     import enum
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 
 import httpx
@@ -299,16 +300,40 @@ def test_a_slow_engine_is_waited_for_not_taken_for_a_blocked_loop(tokenizer, mon
     assert reply.choices[0].message.content == "slow" and len(tuner.recorder.calls) == 1
 
 
+class HeldEngine(ScriptedEngine):
+    """Replies "held" once the test releases it (`release`); `started` is set as a generation begins, so a test
+    acts once the server has the call, whatever the machine's load."""
+
+    def __init__(self, tokenizer):
+        super().__init__(tokenizer, lambda prompt: "held")
+        self.started, self.release = threading.Event(), threading.Event()
+
+    async def generate(self, prompt_ids, sampling):
+        self.started.set()
+        while not self.release.is_set():
+            await asyncio.sleep(0.02)
+        return await super().generate(prompt_ids, sampling)
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 def test_a_call_whose_episode_ends_while_it_is_generated_is_refused_not_recorded(tokenizer, stream):
+    """The episode ends (its workflow returned, or its time ran out) once the engine has begun the call: the call
+    is answered at once, 401 (a stream: an error event, no [DONE]), nothing recorded; the engine is released only
+    after that answer, so the gateway never waits longer than the episode can."""
     async def go():
-        tuner = tuner_for(ScriptedEngine(tokenizer, ["late"], delay_s=0.5), tokenizer)
+        engine = HeldEngine(tokenizer)
+        tuner = tuner_for(engine, tokenizer)
         base_url, key = tuner.as_openai_base_url()
-        asyncio.get_running_loop().call_later(0.2, tuner.recorder.close)  # the episode ends meanwhile
-        async with httpx.AsyncClient(timeout=10) as http:
-            answer = await http.post(f"{base_url}/chat/completions", headers={"Authorization": f"Bearer {key}"},
-                                     json={"model": "m", "messages": [{"role": "user", "content": "x"}],
-                                           "stream": stream})
+        async with httpx.AsyncClient(timeout=30) as http:
+            pending = asyncio.ensure_future(http.post(
+                f"{base_url}/chat/completions", headers={"Authorization": f"Bearer {key}"},
+                json={"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": stream}))
+            assert await asyncio.to_thread(engine.started.wait, 30)  # the server has the call
+            tuner.recorder.close()  # the episode ends meanwhile
+            try:
+                answer = await asyncio.wait_for(pending, 20)
+            finally:
+                engine.release.set()
         return answer, tuner
 
     answer, tuner = asyncio.run(go())

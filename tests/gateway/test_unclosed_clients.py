@@ -69,7 +69,8 @@ def test_the_gateway_closes_an_ended_episodes_connections_and_only_those(tokeniz
             return {conn.client for conn in list(server_conns)}
 
         async def call(http, tuner):
-            response = await http.post(f"{base_url}/chat/completions", headers={"Authorization": f"Bearer {key[tuner]}"},
+            response = await http.post(f"{base_url}/chat/completions",
+                                       headers={"Authorization": f"Bearer {key[tuner]}"},
                                        json={"messages": [{"role": "user", "content": "x"}]})
             assert response.status_code == 200, response.text
 

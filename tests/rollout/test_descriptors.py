@@ -3,6 +3,7 @@ early when descriptors run short, and the soft limit is raised to the hard one w
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import resource
 import socket
@@ -12,9 +13,12 @@ import sys
 import pytest
 from loguru import logger
 
+from astuner import Workflow, WorkflowOutput
 from astuner.rollout import descriptors
 from astuner.rollout.gc_freeze import objects_frozen
+from astuner.rollout.manager import RolloutManager
 from tests.conftest import REPO_ROOT
+from tests.helpers import ScriptedEngine
 
 
 @pytest.fixture
@@ -104,3 +108,29 @@ def test_the_soft_limit_is_raised_to_the_hard_one_and_logged():
     assert run(256, top) == [f"open-file limit raised from 256 to {top} (the hard limit; ulimit -n)", "None",
                              str(top)]
     assert run(256, 256) == ["None", "None", "256"]  # `ulimit -n 256` sets both: nothing to raise
+
+
+KEPT: list = []  # sockets a workflow keeps for good (a client cached in a module's global, say)
+
+
+class KeepsSockets(Workflow):
+    async def execute(self, workflow_task, model_tuner):
+        KEPT.extend(socket.socketpair())
+        return WorkflowOutput(reward=1.0)
+
+
+def test_a_rollout_that_holds_descriptors_for_good_is_warned_about_while_it_runs(fresh, monkeypatch, tokenizer):
+    """What no collection can free: the warning comes while the episodes run, once, before the limit is reached."""
+    from tests.rollout.test_manager import config, tasks
+
+    limit = descriptors.open_count() + 40  # 16 episodes x 2 sockets pass 80 % of it, not the limit
+    monkeypatch.setattr(descriptors, "soft_limit", lambda: limit)
+    manager = RolloutManager(config(num_repeat=8, max_env_worker=1), KeepsSockets, None,
+                             ScriptedEngine(tokenizer, ["x"]), tokenizer)
+    try:
+        asyncio.run(manager.run(tasks(2)))  # 16 episodes, counted after the 8th and the 16th
+    finally:
+        for s in KEPT:
+            s.close()
+        KEPT.clear()
+    assert len(fresh) == 1 and "in use while episodes run" in fresh[0], fresh

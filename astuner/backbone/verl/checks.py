@@ -85,10 +85,9 @@ def check_memory(run: Any, model_path: str, gpu_bytes: Optional[int], verl_keys:
     need = BYTES_PER_TRAINED_PARAM * params / gpus
     if need > 0.9 * gpu_bytes:
         raise ConfigError(f"backbone verl: {params / 1e9:.1f}B parameters need about {need / 2**30:.0f} GiB per GPU to "
-                          f"train (fp32 weights, gradients and AdamW moments over {gpus} GPU(s)), a GPU has "
-                          f"{gpu_bytes / 2**30:.0f} GiB; set actor_rollout_ref.actor.fsdp_config.param_offload: true "
-                          f"and optimizer_offload: true, use more GPUs (astuner.trainer_common.n_gpus_per_node / "
-                          f"nnodes) or a smaller model")
+                          f"train (fp32 weights, gradients, AdamW moments over {gpus} GPU(s)), a GPU has "
+                          f"{gpu_bytes / 2**30:.0f} GiB; set actor_rollout_ref.actor.fsdp_config.param_offload and "
+                          f"optimizer_offload to true, use more GPUs or a smaller model")
 
 
 def gpu_memory() -> Optional[int]:

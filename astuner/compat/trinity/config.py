@@ -15,10 +15,12 @@ key (the inverse of `astuner/backbone/trinity/translate.py`):
   roll out in step, as `sync_interval: 1` asks, so they are taken and logged;
 - a taskset's `format.response_key` (the answer column of Trinity's reward functions) is taken and logged:
   workflow_func and judge_func receive the whole task row, as agentscope.tuner's adapter hands it to them;
-- a value the translation computes with is type-checked first (`trinity_values.py`): a wrong one is refused
+- a value the translation computes with is type-checked first (`values.py`): a wrong one is refused
   naming its key and the type it must have;
+- `explorer.auxiliary_models` become `astuner.auxiliary_models` on the debug backbone (served in-process) and are
+  refused on the others;
 - a key astuner cannot honour on any backbone (another stage, a Trinity workflow or reward type, a second
-  taskset, Ray's address, auxiliary models, keys Trinity derives itself) is refused on every backbone;
+  taskset, Ray's address, keys Trinity derives itself) is refused on every backbone;
 - `project`, `group`, `name`, `checkpoint_root_dir` place the run folder
   (`{checkpoint_root_dir}/{project}/{group}/{name}`, as Trinity's), `continue_from_checkpoint` says whether
   an existing one is continued (else a new name with a timestamp, as Trinity does).
@@ -60,7 +62,7 @@ REPLACED_BY = {
               "buffer.explorer_input.taskset.rollout_args.top_p",
               "buffer.explorer_input.taskset.rollout_args.max_tokens"),
 }
-# Trinity key -> the astuner key it becomes (the table in docs/tune.md; conversions in trinity_translator.py)
+# Trinity key -> the astuner key it becomes (the table in docs/tune.md; conversions in translator.py)
 KEYS = {
     "project": "project_name", "name": "experiment_name",
     "cluster.node_num": "trainer_common.nnodes", "cluster.gpu_per_node": "trainer_common.n_gpus_per_node",

@@ -1,5 +1,5 @@
 """The tasksets' part of the translation of a Trinity-RFT config (`buffer.explorer_input`): the training taskset
-becomes astuner's task reader, one eval taskset its validation split (trinity_translator.py runs it)."""
+becomes astuner's task reader, one eval taskset its validation split (translator.py runs it)."""
 
 from __future__ import annotations
 

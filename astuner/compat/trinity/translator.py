@@ -1,4 +1,4 @@
-"""The key-by-key translation of a Trinity-RFT config into an astuner tree (`trinity_config.translate`)."""
+"""The key-by-key translation of a Trinity-RFT config into an astuner tree (`config.translate` runs it)."""
 
 from __future__ import annotations
 

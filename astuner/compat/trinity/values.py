@@ -1,4 +1,4 @@
-"""The types of the Trinity-RFT values the translation (trinity_translator.py) computes with: each is checked
+"""The types of the Trinity-RFT values the translation (translator.py) computes with: each is checked
 before any arithmetic or comparison, and a wrong one is refused naming its dotted key and the type it must
 have (instead of a TypeError deep in the translation, or a product blamed on another key). Values the
 translation only copies are checked by astuner's own schema, which names the Trinity key they came from.

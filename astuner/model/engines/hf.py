@@ -5,7 +5,8 @@ decoded together (up to `max_num_seqs` per batch) with a KV cache, so many episo
 The batch's common prompt prefix (an agent's system prompt and tool schemas) is prefilled once and its cache
 shared by every row; each row's own rest is left-padded after it, with position ids from the attention mask,
 so a row sees the same positions as it would alone. Rows that finished leave the batch as it decodes. The
-model runs in a worker thread; the event loop stays free for the episodes.
+model runs in a worker thread; the event loop stays free for the episodes. On the CPU its speed on a busy machine
+depends on OpenMP's wait policy (astuner.model.openmp): an engine in a process whose OpenMP threads spin says so.
 
 Over a peft model with several LoRA adapters (several policies on one base), each request names its adapter
 and a batch mixes them: peft applies each row's own adapter (`adapter_names`); the shared prefix is then used only
@@ -250,6 +251,25 @@ def shared_prefix_length(prompts: list[list[int]], minimum: int) -> int:
     while length < limit and low[length] == high[length]:
         length += 1
     return length if length >= minimum else 0
+
+
+_SPINNING_NOTED = False
+
+
+def note_spinning_threads(model: Any) -> bool:
+    """An engine computing on the CPU in a process whose OpenMP threads spin while they wait (torch imported before
+    a wait policy was set, astuner.model.openmp): one warning per process, saying what to set. True when it warns."""
+    global _SPINNING_NOTED
+    from astuner.model.openmp import SPINNING_NOTE, threads_spin_while_waiting
+
+    parameter = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
+    if _SPINNING_NOTED or parameter is None or parameter.device.type != "cpu" or not threads_spin_while_waiting():
+        return False
+    from loguru import logger
+
+    _SPINNING_NOTED = True
+    logger.warning(SPINNING_NOTE)
+    return True
 
 
 def stop_token_ids_of(tokenizer: Any, model: Any = None) -> list[int]:

@@ -255,3 +255,53 @@ def test_merge_lora_of_a_damaged_checkpoint_is_one_line_exit_2(project, capsys):
     (model_dir / "adapter_config.json").write_text("{not json")
     code, _, err = run_cli(tiny_args(2, LORA, "astuner.experiment_name=damaged") + ["--resume"], capsys)
     assert code == 2 and "is not a readable adapter config" in err and "Traceback" not in err, err[-2000:]
+
+
+@pytest.mark.parametrize("other, held", [("lora_A", 14), ("model", 56)])
+def test_an_adapter_named_after_a_part_of_the_weight_names_corrupts_another_and_merge_lora_refuses_it(
+        tiny_model_dir, tmp_path, capsys, other, held):
+    """issue 38: peft saves one adapter of several by dropping the weights whose names hold '.<other adapter>.'.
+    Beside an adapter named lora_A the guesser's file loses its 14 lora_A tensors (of 28); beside one named model
+    it holds every adapter's (56). Such names are refused before a run (every part of the adapted model's own
+    names is), and merge-lora, which used to merge these files and report success, refuses them in one line."""
+    from transformers import AutoModelForCausalLM
+
+    from astuner.backbone.debug.lora import OneAdapter, add_adapter
+    from astuner.backbone.debug.policies import adapter_name_problem
+    from astuner.model.weight_names import name_parts, safetensors_names, weight_names
+
+    lora = SimpleNamespace(rank=4, alpha=8.0, target_modules="all-linear", dropout=0.0)
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
+    model = add_adapter(add_adapter(model, lora, 0, "guesser"), lora, 1, other)
+    saved = tmp_path / "guesser"
+    saved.mkdir()
+    OneAdapter(model, "guesser").save_pretrained(saved)
+    assert len(safetensors_names(saved / "adapter_model.safetensors")) == held  # 28 when the names are apart
+    code, _, err = run_cli(["merge-lora", str(saved), "--out", str(tmp_path / "merged"), "--base", str(tiny_model_dir)],
+                           capsys)
+    error = [line for line in err.splitlines() if line.startswith("astuner: error")]
+    assert code == 2 and len(error) == 1 and len(error[0]) <= 300, err
+    assert "does not match its adapter_config.json" in error[0] and "the checkpoint is damaged" in error[0]
+    assert not (tmp_path / "merged").exists()
+    # every part of the adapted model's parameter names but the adapters' own is refused as an adapter name,
+    # from the model folder's safetensors alone
+    parts = name_parts(list(model.state_dict())) - set(model.peft_config)
+    assert parts and all(adapter_name_problem(part, weight_names(tiny_model_dir)) for part in parts)
+    assert adapter_name_problem("writer", weight_names(tiny_model_dir)) is None
+
+
+def test_an_adapter_saved_beside_others_under_distinct_names_holds_its_own_tensors_and_merges(tiny_model_dir, tmp_path,
+                                                                                             capsys):
+    from transformers import AutoModelForCausalLM
+
+    from astuner.backbone.debug.lora import OneAdapter, add_adapter
+    from astuner.model.weight_names import safetensors_names
+
+    lora = SimpleNamespace(rank=4, alpha=8.0, target_modules="all-linear", dropout=0.0)
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
+    model = add_adapter(add_adapter(model, lora, 0, "guesser"), lora, 1, "writer")
+    OneAdapter(model, "guesser").save_pretrained(tmp_path)
+    assert len(safetensors_names(tmp_path / "adapter_model.safetensors")) == 28
+    code, _, err = run_cli(["merge-lora", str(tmp_path), "--out", str(tmp_path / "merged"), "--base",
+                            str(tiny_model_dir)], capsys)
+    assert code == 0, err

@@ -186,6 +186,13 @@ def edited(game: Path, change) -> str:
      "astuner.policies.__base__", "peft's name for 'no adapter'"),
     (lambda a: a["policies"].update(train={"lora": {"rank": 4}, "trainable": False}), "astuner.policies.train",
      "where it is the name of a method"),
+    # issue 38: accepted, and another policy's saved adapter lost its lora_A tensors (or held every adapter's)
+    (lambda a: a.update(policies={"lora_A": {"trainable": False}, **a["policies"]}, model={**a["model"], "lora": {}}),
+     "astuner.policies.lora_A", "found by '.lora_A.' in weight names, which is part of peft's own names"),
+    (lambda a: a.update(policies={"model": {"trainable": False}, **a["policies"]}, model={**a["model"], "lora": {}}),
+     "astuner.policies.model", "found by '.model.' in weight names"),
+    (lambda a: a["policies"].update({"0": {"lora": {"rank": 4}, "trainable": False}}), "astuner.policies.0",
+     "numbers a layer there"),
     (lambda a: a["policies"]["noise"].update(path="no/such/model"), "astuner.policies.noise.path",
      "no model folder 'no/such/model'"),
 ])
@@ -193,6 +200,47 @@ def test_map_mistakes_exit_2_at_dry_run_naming_the_key(game, capsys, change, key
     code, out, err = run_cli(["--conf", edited(game, change), "--dry-run"], capsys)
     assert code == 2 and fragment in err and key in err, err
     assert all(line.startswith("astuner: error: ") or "edited.yaml" in line for line in err.strip().splitlines())
+
+
+def test_a_lora_policy_named_after_a_part_of_its_base_models_weights_is_refused_at_dry_run(game, capsys):
+    """The base model's own parameter names, read from its safetensors without loading it: a policy named 'mixer'
+    is refused on a model whose weights are backbone.blocks.0.mixer..., and taken on the tutorial's."""
+    from safetensors.torch import save_file
+
+    model = game / "models" / "blocks"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text(json.dumps({"model_type": "mamba"}))
+    (model / "tokenizer.json").write_text("{}")
+    save_file({f"backbone.blocks.{i}.mixer.{p}.weight": torch.zeros(2, 2) for i in range(2) for p in ("in_proj", "out_proj")}
+              | {"backbone.embeddings.weight": torch.zeros(4, 2)}, str(model / "model.safetensors"))
+    lora = {"rank": 4}
+
+    def named_mixer(a, path=None):
+        a["policies"]["mixer"] = {"trainable": False, "lora": lora, **({"path": path} if path else {})}
+
+    code, _, err = run_cli(["--conf", edited(game, lambda a: named_mixer(a, str(model))), "--dry-run"], capsys)
+    assert code == 2 and "astuner.policies.mixer: this LoRA policy's peft adapter is found by '.mixer.'" in err, err
+    assert "is part of the base model's names (backbone.blocks.0.mixer.in_proj.weight)" in err
+    code, _, err = run_cli(["--conf", edited(game, named_mixer), "--dry-run"], capsys)
+    assert code == 0, err
+
+
+def test_the_run_checks_the_loaded_base_models_own_names(game, capsys, monkeypatch):
+    """Where the dry run could not read the base model's names (a hub model not downloaded), the run checks the
+    loaded model's before it adds an adapter."""
+    from astuner.backbone.debug import policies
+    from astuner.model import weight_names
+
+    monkeypatch.setattr(policies, "COMMON_PARTS", ())
+    monkeypatch.setattr(weight_names, "weight_names", lambda folder: None)
+    conf = edited(game, lambda a: a["policies"].update(self_attn={"trainable": False}) or a["model"].update(lora={}))
+    code, _, err = run_cli(["--conf", conf, "--dry-run"], capsys)
+    assert code == 0, err  # nothing to check it against here
+    code, _, err = run_cli(["--conf", conf, "astuner.trainer_common.total_training_steps=1"], capsys)
+    errors = [line for line in err.splitlines() if line.startswith("astuner: error: ")]
+    assert code == 2 and len(errors) == 1, err[-3000:]
+    assert "astuner.policies.self_attn" in errors[0] and "(model.layers.0.self_attn" in errors[0]
+    assert not list((game / "launcher_record" / "signal_game" / "checkpoints").glob("global_step_*"))
 
 
 def test_dry_run_prints_the_map_and_other_backbones_refuse_several_policies(game, capsys):

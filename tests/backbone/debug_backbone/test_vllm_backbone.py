@@ -8,7 +8,10 @@ import shutil
 
 import pytest
 
-pytest.importorskip("vllm")
+from tests.conftest import needs
+
+# not among the files .ci/backbones runs
+needs("vllm", "; then .venv-verl/bin/python -m pytest tests/backbone/debug_backbone/test_vllm_backbone.py")
 pytestmark = pytest.mark.vllm
 
 from tests.conftest import REPO_ROOT, run_cli  # noqa: E402

@@ -10,7 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 
-pytest.importorskip("trinity")
+from tests.conftest import needs
+
+needs("trinity")
 
 from astuner.backbone.runtime import task_from_row  # noqa: E402
 from tests.conftest import REPO_ROOT  # noqa: E402

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("trinity")
+from tests.conftest import needs
+
+needs("trinity")
 
 import yaml  # noqa: E402
 
@@ -61,7 +63,7 @@ def test_device_auto_without_a_gpu_is_the_cpu_mode(tmp_path, tiny_model_dir, mon
 
 
 def test_vllm_plugin_acts_only_in_the_cpu_mode(monkeypatch):
-    pytest.importorskip("vllm")
+    needs("vllm")
     import trinity.common.models.vllm_patch as trinity_vllm_patch
     from vllm.platforms.cpu import CpuPlatform
 

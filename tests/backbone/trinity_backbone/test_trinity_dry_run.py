@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("trinity")
+from tests.conftest import needs
+
+needs("trinity")
 
 from tests.conftest import REPO_ROOT, run_cli  # noqa: E402
 

@@ -18,8 +18,10 @@ import sys
 import pytest
 import yaml
 
-pytest.importorskip("trinity")
-pytest.importorskip("vllm")
+from tests.conftest import needs
+
+needs("trinity")
+needs("vllm")
 
 from tests.conftest import REPO_ROOT  # noqa: E402
 from tests.helpers import scalars  # noqa: E402

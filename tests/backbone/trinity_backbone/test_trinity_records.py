@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("trinity")
+from tests.conftest import needs
+
+needs("trinity")
 
 from tests.conftest import REPO_ROOT  # noqa: E402
 from tests.helpers import prepare_seed_run  # noqa: E402

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("trinity")
+from tests.conftest import needs
+
+needs("trinity")
 
 from trinity.cli.launcher import StageError, StageStatus  # noqa: E402
 

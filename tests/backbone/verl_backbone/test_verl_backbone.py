@@ -11,7 +11,9 @@ from types import SimpleNamespace
 
 import pytest
 
-pytest.importorskip("verl")
+from tests.conftest import needs
+
+needs("verl")
 
 from tests.conftest import REPO_ROOT  # noqa: E402
 from tests.helpers import ScriptedEngine, prepare_seed_run  # noqa: E402

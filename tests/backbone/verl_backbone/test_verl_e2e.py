@@ -12,8 +12,10 @@ import sys
 
 import pytest
 
-pytest.importorskip("verl")
-pytest.importorskip("vllm")
+from tests.conftest import needs
+
+needs("verl")
+needs("vllm")
 
 from tests.conftest import REPO_ROOT  # noqa: E402
 from tests.helpers import scalars  # noqa: E402
