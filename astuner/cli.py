@@ -111,6 +111,7 @@ def _run(args: argparse.Namespace) -> int:
     quiet_libraries(args.verbose)  # before transformers / datasets are imported: they read it then
     from astuner.model.openmp import prefer_passive_waits
 
+    prefer_passive_waits()  # before torch is imported: its OpenMP runtime reads the wait policy then
     from astuner.backbone import get_backbone
     from astuner.config import load_run_config
     from astuner.errors import Found

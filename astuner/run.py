@@ -69,10 +69,11 @@ def check(request: RunRequest, backbone: Any, offline: bool, report: bool = True
 def execute(request: RunRequest) -> RunDir:
     """Run `request` to its end; the run folder. Raises what the checks or the backbone raised: every problem
     the checks found, a backbone whose package is missing among them."""
-    from astuner.backbone import get_backbone
+    from astuner.backbone import get_backbone, load_backbone
 
-    backbone = get_backbone(request.backbone)
-    request.found.attempt(backbone.check_available)
+    installed, backbone = request.found.attempt(load_backbone, request.backbone)
+    if not installed:  # its package is missing: said with what the checks find
+        backbone = get_backbone(request.backbone)
     root, notes = check(request, backbone, offline=False)
     # --with-logview: its port taken now, so a busy one is refused before the run folder exists
     viewer = _bind_logview(root, request) if request.with_logview else None

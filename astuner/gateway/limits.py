@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from typing import Any, Callable, Optional
 
 from loguru import logger
@@ -68,17 +69,19 @@ class EpisodeEnds:
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self.loop = loop
-        self._ends: dict[int, asyncio.Future] = {}
+        # id(recorder) -> (the recorder, weakly: an id is used again once its recorder is gone; its future)
+        self._ends: dict[int, tuple[Any, asyncio.Future]] = {}
 
     def of(self, recorder: Any) -> asyncio.Future:
-        found = self._ends.get(id(recorder))
-        if found is not None:
-            return found
-        ended = self._ends[id(recorder)] = self.loop.create_future()
+        slot = id(recorder)
+        found = self._ends.get(slot)
+        if found is not None and found[0]() is recorder:
+            return found[1]
+        ended = self.loop.create_future()
+        self._ends[slot] = (weakref.ref(recorder, lambda _: self._drop(slot, ended)), ended)
 
         def settle() -> None:
-            if self._ends.get(id(recorder)) is ended:
-                del self._ends[id(recorder)]
+            self._drop(slot, ended)
             if not ended.done():
                 ended.set_result(None)
 
@@ -92,6 +95,11 @@ class EpisodeEnds:
         if recorder.closed:  # closed before the callback was in: it may never run
             settle()
         return ended
+
+    def _drop(self, slot: int, ended: asyncio.Future) -> None:
+        found = self._ends.get(slot)
+        if found is not None and found[1] is ended:
+            del self._ends[slot]
 
 
 async def until_disconnect(receive: Callable[[], Any]) -> None:

@@ -1,14 +1,18 @@
 """The gateway's HTTP server: a Starlette app served by uvicorn on a thread of its own, one per process that runs
 episodes (the agents run in that process too, so 127.0.0.1 with a port the OS picks reaches it).
 
-A request goes: key -> the episode's `ModelTuner` and agent (keys.KeyRing; 401 otherwise) -> the request checked
-(protocol.parse_request) -> `ModelTuner.prepare` (the model's chat template, the ids of the calls it continues, the
-context check: 400 context_length_exceeded) -> `ModelTuner.complete` on the run's engine, on the loop the engine
-serves on -> the call recorded on the episode, exactly as the AgentScope route records it, as the reply goes out
-(whole, or as server-sent events: the opening chunk at once, then the reply's chunks and the closing `[DONE]` in
-one write, recorded just before it, so that an agent that has its reply and ends the episode at once finds it
-recorded). A client that disconnects first (a timeout, a
-closed stream) leaves nothing recorded; the generation it started runs to its end and is dropped.
+A request goes: key -> the episode's `ModelTuner` and agent (keys.KeyRing; 401 otherwise) -> the body, read only
+within its size limit (limits.read_body; 413) -> the request checked (protocol.parse_request) ->
+`ModelTuner.prepare` (the model's chat template, the ids of the calls it continues, the context check: 400
+context_length_exceeded; a body over INLINE_BYTES is parsed and prepared on a worker thread, so that the loop
+answers the other requests meanwhile) -> `ModelTuner.complete` on the run's engine, on the loop the engine serves
+on -> the call recorded on the episode, exactly as the AgentScope route records it, as the reply goes out (whole,
+or as server-sent events: the opening chunk at once, then the reply's chunks and the closing `[DONE]` in one write,
+recorded just before it, so that an agent that has its reply and ends the episode at once finds it recorded). A
+client that disconnects first (a timeout, a closed stream), or whose episode ends first, is answered at once and
+leaves nothing recorded; the generation it started runs to its end and is dropped (limits.wait_reply, which also
+logs a call in flight too long). Input the client must fix is a 400; a failure of the gateway's own or of the
+engine is a 500 in OpenAI's shape, logged with its traceback.
 
 A synchronous client (openai.OpenAI, httpx.Client, requests) inside an async workflow blocks the loop the engine
 serves on, and its own request can then never be answered: when that loop has not begun the generation after

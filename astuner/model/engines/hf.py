@@ -54,6 +54,7 @@ class HFEngine:
         self.min_shared_prefix = min_shared_prefix
         self.stats = {"batches": 0, "sequences": 0, "generated_tokens": 0, "shared_prefix_tokens": 0,
                       "compactions": 0}
+        note_spinning_threads(model)
 
     @classmethod
     def from_pretrained(cls, path: str, tokenizer: Any, max_num_seqs: int = 64, batch_wait_ms: float = 0.0,
