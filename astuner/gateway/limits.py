@@ -36,7 +36,7 @@ class ClientGone(Exception):
 
 def body_limit(tuner: Any) -> tuple[int, str]:
     """The largest body taken for `tuner`'s episode, and where that number comes from."""
-    configured = int(getattr(tuner.gateway_settings, "max_request_bytes", 0) or 0)
+    configured = int(getattr(getattr(tuner, "gateway_settings", None), "max_request_bytes", 0) or 0)
     if configured > 0:
         return configured, "astuner.rollout.openai_gateway.max_request_bytes"
     return (max(MIN_BODY_BYTES, BYTES_PER_TOKEN * int(tuner.max_model_len)),

@@ -284,14 +284,15 @@ class Gateway:
         except (protocol.RequestError, EpisodeClosed):
             raise
         except BadModelInput as exc:  # messages or tools the model cannot take
-            raise protocol.RequestError(str(exc)[:500]) from None
+            text = str(exc)[:300]
+            raise protocol.RequestError(text, param="tools" if text.startswith("tool") else "messages") from None
         except Exception as exc:
             if protocol.not_unicode(body):
                 raise protocol.RequestError("the request holds text that is not valid Unicode (a lone surrogate "
                                             "escape such as \\ud800)") from None
             if not _in_template(exc):
                 raise
-            why = f"{type(exc).__name__}: {exc}"[:300]
+            why = f"{type(exc).__name__}: {exc}"[:220]
             self._once("template", f"OpenAI gateway: the model's chat template refused a request's messages and "
                                    f"tools ({why}); answered 400 (logged once)")
             raise protocol.RequestError(f"the messages and tools cannot be rendered by the model's chat template: "
@@ -330,6 +331,7 @@ class Gateway:
             self._ends = limits.EpisodeEnds(asyncio.get_running_loop())
         ended = self._ends.of(tuner.recorder)
         task = asyncio.ensure_future(_generate(tuner, call))
+        task.add_done_callback(_retrieved)  # a reply nobody waits for any more (the episode ended) fails quietly
         state = _state_of(lease, call, task)
         ident = protocol.completion_id()
         if req.stream:
@@ -397,6 +399,11 @@ class Gateway:
             yield protocol.sse(self._ended_body())
             return
         yield rest
+
+
+def _retrieved(task: asyncio.Future) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def _returned(done: Any, req: protocol.ChatRequest) -> Any:

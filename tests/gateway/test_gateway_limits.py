@@ -185,7 +185,7 @@ def test_a_blocking_client_in_a_timed_out_episode_gets_its_answer_when_the_episo
 
     async def go():
         cfg = config(openai_gateway=OpenAIGatewayConfig(enable=True), run_workflow_in_thread=True,
-                     episode_timeout_s=1.0, num_repeat=1, max_error_rate=1.0)
+                     episode_timeout_s=4.0, num_repeat=1, max_error_rate=1.0)  # the call is in by then
         batch = await RolloutManager(cfg, workflow, None, engine, tokenizer).run([Task(task_id="t", main_query="q")],
                                                                                  num_repeat=1)
         try:  # the engine's call is still running on this loop: only the episode's end can answer the thread
