@@ -136,6 +136,18 @@ def _runs_outside_the_checkout(monkeypatch, tmp_path_factory):
     monkeypatch.setattr(model_path, "tiny_model_folder", checked_tiny_model)
 
 
+@pytest.fixture(autouse=True)
+def _logging_as_a_fresh_process_has_it():
+    """An in-process run points loguru at its console (INFO) and its astuner.log, and leaves it so: a later test's
+    stderr would hold the INFO lines a fresh process does not print. Each test ends with loguru's default back
+    (stderr, every level), the run's log file closed."""
+    yield
+    from loguru import logger
+
+    logger.remove()
+    logger.add(sys.__stderr__)
+
+
 GSM8K_MISSING = f"GSM8K not found at {GSM8K_DIR} (set ASTUNER_GSM8K_DIR to a folder with train.jsonl, test.jsonl)"
 
 
@@ -174,6 +186,7 @@ def needs_reason(package: str, where: str = "") -> str:
 
 def needs(package: str, where: str = "") -> Any:
     """`package`, imported; without it the calling test file (or test) is skipped with `needs_reason`."""
+    __tracebackhide__ = True  # the skip is reported at the caller's line, not here
     return pytest.importorskip(package, reason=needs_reason(package, where))
 
 
