@@ -178,7 +178,9 @@ CASES: list[tuple[str, Optional[Callable[[str], str]], list[str], list[str]]] = 
     ("policy-name-with-slash", None, ["+astuner.policies={a/b: {trainable: false}}"],
      ["astuner.policies: 'a/b' is not a folder name", "policies/<name>/"]),
     # issue 38: a second line for the default reader's dataset_path, which the misspelt type does not read
-    ("unknown-reader-type-of-a-file-reader", dataset_file("data/ok.jsonl"), ["astuner.task_reader.type=dataset_fil"],
+    ("unknown-reader-type-of-a-file-reader",
+     both(dataset_file("data/ok.jsonl"), replace("dataset_path: 'gsm8k/main'", "dataset_path: null")),
+     ["astuner.task_reader.type=dataset_fil"],
      ["'dataset_fil' is not a task reader", "did you mean 'dataset_file'"]),
     # issue 38: 346 characters
     ("two-engines-on-one-gpu", None, ["--dry-run", "--backbone", "trinity", "astuner.trainer_common.device=cuda",

@@ -208,7 +208,8 @@ def test_a_context_past_the_models_positions_is_refused_at_dry_run_without_vllm(
     _refused(err, "astuner.rollout.max_model_len (8192) is longer than the model's 4096 positions")
     # the tiny model, before it is created, has 4096 positions too
     code, _, err = _dry_run(capsys, backbone, gsm8k_dir, "astuner.trainer_common.device=cpu",
-                            "astuner.model.path=tiny", "+astuner.model.tiny={seed: 0}", "astuner.rollout.max_model_len=8192",
+                            "astuner.model.path=tiny", "+astuner.model.tiny={seed: 0}",
+                            "astuner.rollout.max_model_len=8192",
                             "astuner.rollout.max_num_seqs=2", *short)
     assert code == 2
     _refused(err, "(8192) is longer than the model's 4096 positions (the tiny model's config)")
@@ -237,7 +238,8 @@ def test_a_kv_cache_size_below_one_gib_from_the_environment_is_refused(capsys, g
 def test_a_kv_cache_no_gpu_can_hold_is_refused_where_the_gpus_memory_is_known(capsys, gsm8k_dir, no_gpu, tmp_path,
                                                                               monkeypatch):
     folder = _qwen7b_shaped(tmp_path)  # no position limit in its config: only the memory can refuse
-    args = ["astuner.trainer_common.device=cuda", "astuner.trainer_common.n_gpus_per_node=8", f"astuner.model.path={folder}",
+    args = ["astuner.trainer_common.device=cuda", "astuner.trainer_common.n_gpus_per_node=8",
+            f"astuner.model.path={folder}",
             "astuner.rollout.max_model_len=2000000"]
     assert _dry_run(capsys, "trinity", gsm8k_dir, *args)[0] == 0  # the GPU's memory is not known here
     monkeypatch.setattr(machine, "gpu_memory", lambda: 80 * GIB)
@@ -262,3 +264,15 @@ def test_verls_batch_and_memory_checks_run_at_dry_run(capsys, gsm8k_dir, no_gpu,
                             "astuner.trainer_common.n_gpus_per_node=1", f"astuner.model.path={folder}")
     assert code == 2
     _refused(err, "14.0B parameters need about 209 GiB per GPU to train")
+
+
+def test_a_gpus_memory_is_read_from_nvidia_smi_without_torch(tmp_path, monkeypatch):
+    smi = tmp_path / "nvidia-smi"
+    # what --query-gpu=memory.total --format=csv,noheader,nounits prints: MiB per GPU
+    smi.write_text("#!/bin/sh\necho 81559\necho 40960\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    monkeypatch.setattr(machine, "visible_gpus", lambda: 2)
+    assert machine.gpu_memory() == 81559 * 2**20  # the largest: no check refuses what a GPU of the run can hold
+    monkeypatch.setattr(machine, "visible_gpus", lambda: 0)
+    assert machine.gpu_memory() is None

@@ -211,7 +211,8 @@ def test_a_lora_policy_named_after_a_part_of_its_base_models_weights_is_refused_
     model.mkdir(parents=True)
     (model / "config.json").write_text(json.dumps({"model_type": "mamba"}))
     (model / "tokenizer.json").write_text("{}")
-    save_file({f"backbone.blocks.{i}.mixer.{p}.weight": torch.zeros(2, 2) for i in range(2) for p in ("in_proj", "out_proj")}
+    save_file({f"backbone.blocks.{i}.mixer.{p}.weight": torch.zeros(2, 2)
+               for i in range(2) for p in ("in_proj", "out_proj")}
               | {"backbone.embeddings.weight": torch.zeros(4, 2)}, str(model / "model.safetensors"))
     lora = {"rank": 4}
 
@@ -240,7 +241,7 @@ def test_the_run_checks_the_loaded_base_models_own_names(game, capsys, monkeypat
     errors = [line for line in err.splitlines() if line.startswith("astuner: error: ")]
     assert code == 2 and len(errors) == 1, err[-3000:]
     assert "astuner.policies.self_attn" in errors[0] and "(model.layers.0.self_attn" in errors[0]
-    assert not list((game / "launcher_record" / "signal_game" / "checkpoints").glob("global_step_*"))
+    assert not list((game / "launcher_record" / "edited" / "checkpoints").glob("global_step_*"))
 
 
 def test_dry_run_prints_the_map_and_other_backbones_refuse_several_policies(game, capsys):
