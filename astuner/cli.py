@@ -122,7 +122,9 @@ def _run(args: argparse.Namespace) -> int:
         from astuner.viewer.server import check_port
 
         found.attempt(check_port, args.logview_port, "--logview-port")
-    run_config = load_run_config(args.conf, args.overrides, found)  # a config that cannot be composed: raised
+    composed, run_config = found.attempt(load_run_config, args.conf, args.overrides, found)
+    if not composed:  # a config that cannot be composed: said with what was found before it (the port)
+        found.raise_all()
     plugins = resolve_plugins(run_config, found)
     run_root = Path(args.exp_dir) / run_config.experiment_name
     from astuner.run import RunRequest, check, execute

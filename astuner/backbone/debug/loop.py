@@ -155,10 +155,10 @@ class DebugTrainer:
             raise ConfigError(f"astuner.model.lora.target_modules adapts the output head or input embedding of "
                               f"{self.model_path}, whose two are one matrix (tied); the {pick_engine(cfg)} engine loads "
                               f"them tied, so leave both out of target_modules or use engine hf")
-        if self.checkpoint is not None and not self.shares_weights:  # the engine loaded the initial weights
-            self._await(self.engine.update_weights(self._engine_weights()))
         self.slots = {"default": PolicySlot("default", self.model, self.engine, self.policy, "model",
                                             self.shares_weights)}
+        if self.checkpoint is not None and not self.shares_weights:  # the engine loaded the initial weights
+            self._await(self.engine.update_weights(self._engine_weights()))
 
     def _setup_policies(self, device: str) -> None:
         """astuner.policies, in the config's order: a model and (when it learns) a trainer per policy; LoRA policies
