@@ -9,6 +9,26 @@ from typing import Any, Callable, Optional, Union
 from astuner.model.engines.base import GenerateResult, SamplingParams
 
 
+def rollout_config(**rollout: Any) -> Any:
+    """An AstunerConfig for a RolloutManager in a unit test: 3 repeats, 4 workers, `rollout` keys set on top."""
+    from astuner.config.schema import AstunerConfig
+
+    cfg = AstunerConfig()
+    settings = {"num_repeat": 3, "max_env_worker": 4, "episode_timeout_s": 5.0, "max_model_len": 4096,
+                "max_response_length_in_one_turn": 64, **rollout}
+    for key, value in settings.items():
+        setattr(cfg.rollout, key, value)
+    return cfg
+
+
+def captured_logs(level: str) -> tuple[list[str], int]:
+    """(the lines loguru logs at `level` and above from now on, the sink's id for logger.remove)."""
+    from loguru import logger
+
+    lines: list[str] = []
+    return lines, logger.add(lambda m: lines.append(str(m)), level=level, format="{message}")
+
+
 def char_level_ids(tokenizer: Any, text: str) -> list[int]:
     """Token ids for `text`, one character at a time: decodes to `text` but differs from encode(text)."""
     return [i for ch in text for i in tokenizer.encode(ch, add_special_tokens=False)]

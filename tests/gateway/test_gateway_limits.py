@@ -19,7 +19,7 @@ from astuner.config.schema import OpenAIGatewayConfig
 from astuner.gateway import limits
 from astuner.model.engines.base import SamplingParams
 from tests.gateway.test_gateway import HeldEngine
-from tests.helpers import ScriptedEngine
+from tests.helpers import ScriptedEngine, captured_logs
 
 USER = {"role": "user", "content": "hello"}
 
@@ -31,8 +31,7 @@ def tuner_of(engine, tokenizer, max_model_len=8192, **gateway):
 
 @pytest.fixture
 def log_lines():
-    lines: list[str] = []
-    sink = logger.add(lambda m: lines.append(str(m)), level="INFO", format="{message}")
+    lines, sink = captured_logs("INFO")
     yield lines
     logger.remove(sink)
 

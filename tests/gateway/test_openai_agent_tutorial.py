@@ -46,7 +46,9 @@ def assert_multi_call_training(root):
     for step in (1, 2):
         assert rows[step]["rollout/error_rate"] == 0.0
         assert rows[step]["actor/grad_norm"] > 0 and "rollout/tool_parse_failures" in rows[step]
-    assert max(rows[step]["rollout/calls_per_episode"] for step in (1, 2)) > 1.1, rows
+    # some episode made several calls (how many depends on how the engine's batches formed, so on the load: the
+    # ReActAgent's warm start, played through the SDK agent, calls the tool in 1 of 16 episodes at step 1)
+    assert max(rows[step]["rollout/calls_per_episode"] for step in (1, 2)) > 1.0, rows
     records = [r for step in (1, 2) for r in read_token_records(root / "trajectories" / f"step_{step}.tokens.jsonl.gz")]
     # samples of two calls or more: context between the generated calls (mask 0), which holds the tool's result
     merged = [r for r in records if 0 in r["loss_mask"][r["prompt_length"]:]]

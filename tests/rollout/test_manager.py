@@ -9,22 +9,13 @@ import time
 import pytest
 
 from astuner import JudgeOutput, Task, Workflow, WorkflowOutput
-from astuner.config.schema import AstunerConfig
 from astuner.rollout.manager import RolloutFailed, RolloutManager, build_judge
 from astuner.task_judge.math_answer_as_judge import MathAnswerAsJudge
-from tests.helpers import ScriptedEngine
+from tests.helpers import ScriptedEngine, rollout_config
 
 
 def config(**rollout):
-    cfg = AstunerConfig()
-    cfg.rollout.num_repeat = 3
-    cfg.rollout.max_env_worker = 4
-    cfg.rollout.episode_timeout_s = 5.0
-    cfg.rollout.max_model_len = 4096
-    cfg.rollout.max_response_length_in_one_turn = 64
-    for key, value in rollout.items():
-        setattr(cfg.rollout, key, value)
-    return cfg
+    return rollout_config(**rollout)
 
 
 def text_of(response):

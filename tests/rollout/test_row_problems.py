@@ -12,23 +12,15 @@ import pytest
 from loguru import logger
 
 from astuner import Task, Workflow, WorkflowOutput
-from astuner.config.schema import AstunerConfig
 from astuner.rollout.manager import RolloutFailed, RolloutManager
 from astuner.rollout.row_problems import RowProblems
 from astuner.schema.task import MissingField, NoQuery, RowLacks
 from tests.conftest import run_cli
-from tests.helpers import ScriptedEngine
+from tests.helpers import ScriptedEngine, captured_logs, rollout_config
 
 
 def config(**rollout):
-    cfg = AstunerConfig()
-    cfg.rollout.num_repeat = 3
-    cfg.rollout.max_env_worker = 4
-    cfg.rollout.episode_timeout_s = 30.0
-    cfg.rollout.max_response_length_in_one_turn = 16
-    for key, value in rollout.items():
-        setattr(cfg.rollout, key, value)
-    return cfg
+    return rollout_config(**{"episode_timeout_s": 30.0, "max_response_length_in_one_turn": 16, **rollout})
 
 
 class ReadsReading(Workflow):  # the README's workflow reads a field of the row, then the query
@@ -61,8 +53,7 @@ def tasks():
 
 @pytest.fixture
 def errors():
-    lines: list[str] = []
-    sink = logger.add(lambda m: lines.append(str(m)), level="ERROR", format="{message}")
+    lines, sink = captured_logs("ERROR")
     yield lines
     logger.remove(sink)
 
