@@ -16,7 +16,9 @@ SEED = REPO_ROOT / "tutorial" / "example_math_agent" / "math_agent.yaml"
 
 def _dry_run(capsys, tiny_model_dir, gsm8k_dir, *overrides):
     return run_cli(["--conf", str(SEED), "--backbone", "trinity", "--dry-run", f"astuner.model.path={tiny_model_dir}",
-                    f"astuner.task_reader.huggingface_dat_repo.dataset_path={gsm8k_dir}", *overrides], capsys)
+                    f"astuner.task_reader.huggingface_dat_repo.dataset_path={gsm8k_dir}",
+                    "astuner.rollout.max_model_len=4096", "astuner.data.max_prompt_length=1024",  # the tiny model: 4096
+                    "astuner.data.max_response_length=3072", *overrides], capsys)
 
 
 def test_dry_run_rejects_what_trinitys_validators_reject(capsys, tiny_model_dir, gsm8k_dir, monkeypatch, tmp_path):
