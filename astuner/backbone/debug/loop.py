@@ -24,8 +24,7 @@ from astuner.records.metrics import MetricsWriter, plot_reward_curve, write_traj
 from astuner.records.tokens import TokenPieces, token_record, write_token_records
 from astuner.rollout.manager import RolloutBatch, RolloutManager, build_judge
 from astuner.rollout.row_problems import RowProblems
-from astuner.schema.calls import conversations
-from astuner.task_judge.math_answer import expected_answer
+from astuner.backbone.debug.trajectories import episode_row
 from astuner.backbone.debug.resume import check_resume, check_saved_policy
 from astuner.backbone.debug.checkpoint import (latest_checkpoint, load_trainer_state, restore_rng, rng_state,
                                         save_checkpoint)
@@ -535,35 +534,7 @@ class DebugTrainer:
 
     def _trajectories(self, step: int, batch: RolloutBatch) -> None:
         limit = self.cfg.trainer_common.trajectories_per_step
-        rows = []
-        for e in batch.episodes[:limit]:
-            last = e.recorder.calls[-1] if e.recorder.calls else None
-            rows.append({
-                "task_id": e.task.task_id, "repeat_index": e.repeat_index, "episode_uuid": e.episode_uuid,
-                # the task as the reader gave it: its query, and the answer it expects (to check a failed episode)
-                "query": e.task.query_or_none, "expected": expected_answer(e.task.metadata),
-                "reward": e.reward, "is_success": e.is_success,
-                "advantage": statistics.fmean([s.advantage for s in e.samples]) if e.samples else None,
-                "failed": e.failed, "error": e.error, "madness": e.mad_reasons, "truncated": e.recorder.truncated,
-                "messages": last.messages if last else [], "response": last.response_text if last else None,
-                "calls": len(e.recorder.calls), "tool_parse_failures": e.tool_parse_failures,
-                "prompt_tokens": len(last.prompt_ids) if last else 0,
-                "response_tokens": sum(len(c.response_ids) for c in e.recorder.calls),
-                # what was trained: per sample, its prompt, its response (generated tokens and, between calls,
-                # tool results and new turns) and the tokens with loss mask 1 (the generated ones)
-                "samples": [{"prompt_tokens": s.prompt_length, "response_tokens": len(s.loss_mask),
-                             "trained_tokens": sum(s.loss_mask), "num_calls": s.num_calls, "agent": s.agent}
-                            for s in e.samples],
-                "agents": sorted({c.target for c in e.recorder.calls}),
-                "policies": {c.target: c.policy for c in e.recorder.calls},  # agent -> the policy that served it
-                "rewards": e.rewards,  # {agent or policy: reward} when the workflow or judge gave one each
-                "metrics": {**e.metrics, **e.text_metrics},  # the workflow's and judge's, text ones as text
-                "metadata": e.output.metadata if e.output else None,
-            })
-            whole = conversations(e.recorder.calls)
-            if len(whole) > 1:  # several agents (or contexts): each one's, labelled; else messages + response are it
-                rows[-1]["conversations"] = [{"agent": c.target, "policy": c.policy, "messages": c.messages,
-                                              "response": c.response_text} for c in whole]
+        rows = [episode_row(e) for e in batch.episodes[:limit]]
         write_trajectories(self.run_dir.trajectories, step, rows)
         # token by token, for the trajectory viewer: what each sample's tokens read as, which were trained, the
         # engine's and the trainer's log-probs, the advantage (gzip: the prompts repeat from sample to sample)
