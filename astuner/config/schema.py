@@ -299,7 +299,7 @@ class RolloutConfig:
         "the batch: no group statistics, no loss; reward 0 in the metrics); a number = trained on with that "
         "reward.", backbones=NOT_VERL)
     max_error_rate: float = key(0.5, "Stop the run when more than this fraction of one step's episodes fail.",
-                                ge=0, le=1, backbones=NOT_VERL)
+                                ge=0, le=1)
     run_workflow_in_thread: bool = key(False, "Run each workflow in a thread of its own (for workflows that block "
                                               "the event loop).")
     chat_template_kwargs: dict[str, Any] = key({}, "Extra arguments for the model's chat template (e.g. "

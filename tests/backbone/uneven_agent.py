@@ -1,6 +1,8 @@
 """The tool-using CPU example's agent with episodes that yield 0, 1 or 2 training samples, for the backbones'
-end-to-end tests: tasks whose number is a multiple of 3 fail (no sample), those one past a multiple of 3 first
-ask the model an unrelated question (a second context, so a second sample), the rest run as written."""
+end-to-end tests: tasks whose number is a multiple of 3 fail on their row (they read a field their rows lack: no
+sample, and the run names those tasks at its end), those one past a multiple of 3 first ask the model an unrelated
+question (a second context, so a second sample), the rest run as written. `RowlessWorkflow`: every task fails on
+its row."""
 
 from __future__ import annotations
 
@@ -19,7 +21,12 @@ class UnevenWorkflow(CalcWorkflow):
     async def execute(self, workflow_task, model_tuner):
         number = task_number(workflow_task.task.task_id)
         if number % 3 == 0:
-            raise RuntimeError("this task's environment is down")
+            return workflow_task.task.metadata["environment_url"]  # not in the row: MissingField
         if number % 3 == 1:
             await model_tuner([{"role": "user", "content": "Name a number."}])
         return await super().execute(workflow_task, model_tuner)
+
+
+class RowlessWorkflow(CalcWorkflow):
+    async def execute(self, workflow_task, model_tuner):
+        return workflow_task.task.metadata["environment_url"]

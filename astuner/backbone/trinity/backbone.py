@@ -55,7 +55,8 @@ def run(ctx: Any) -> None:
     # on the CPU the head counts GPUs that no device backs, for the engine's and the trainer's placement bundles
     cluster = ensure_ray(ctx.with_ray, logical_gpus=CPU_GPUS if cpu_mode(ctx.config) else None)
     try:
-        from astuner.backbone.trinity import health
+        from astuner.backbone import run_health
+        from astuner.backbone.trinity.health import caught_error
 
         config = checked_config(path, ctx.run_dir.tensorboard)
         from astuner.records.monitors import tracker_env
@@ -63,22 +64,24 @@ def run(ctx: Any) -> None:
         # the chosen tracker's offline mode and folders (inside the run folder) for Trinity's processes
         connect(config, {**worker_env(ctx.config),
                          **tracker_env(list(ctx.config.astuner.trainer_common.logger), root)})
-        counter = health.start(config, ctx.config, root, n_val)  # held for the run: the actor lives as long
+        # held for the run: the actor lives as long
+        counter = run_health.start("Trinity", ctx.config, root, n_val, [config.explorer.name, config.trainer.name],
+                                   config.ray_namespace)
         from trinity.cli.launcher import run_stage
 
         from astuner.backbone.engine_errors import EngineLog
 
         with EngineLog() as engine_log:
             status = run_stage(config)  # its own ray.init finds this connection and keeps it
-        del counter
-        reason = health.failure(root)
+        reason = run_health.failure(root)
         if reason:
             raise RunFailed(reason)
         check_status(status, engine_log)
         # a stage Trinity calls successful may still have stopped early on an exception it caught and logged
-        caught = health.caught_error(Path(config.get_checkpoint_job_dir()) / "log")
+        caught = caught_error(Path(config.get_checkpoint_job_dir()) / "log")
         if caught:
             raise RunFailed(caught)
+        run_health.finish(counter)
     finally:
         cluster.stop()
 

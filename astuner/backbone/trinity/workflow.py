@@ -13,6 +13,7 @@ from typing import Any, Optional
 from trinity.common.experience import EID, Experience
 from trinity.common.workflows.workflow import Workflow as TrinityWorkflow
 
+from astuner.backbone.run_health import report
 from astuner.backbone.runtime import cached_tokenizer, load_saved_run, task_from_row
 from astuner.model.engines.openai_engine import OpenAIClientEngine
 from astuner.rollout.manager import EpisodeResult, RolloutManager
@@ -36,17 +37,6 @@ def episode_to_experiences(episode: EpisodeResult) -> list[Any]:
     return out
 
 
-def report_outcome(mode: str, step: Any, episode: EpisodeResult) -> None:
-    """The episode's outcome to the run's failure count (`health`): the run stops, as on the debug backbone,
-    when too many of a step's episodes failed."""
-    import ray
-
-    from astuner.backbone.trinity.health import report
-
-    if ray.is_initialized():  # inside Trinity's runners; not when the workflow is driven directly
-        report(ray.get_runtime_context().namespace, mode, step, episode.failed, episode.error)
-
-
 class AstunerTrinityWorkflow(TrinityWorkflow):
     can_reset: bool = False
     can_repeat: bool = False
@@ -67,7 +57,7 @@ class AstunerTrinityWorkflow(TrinityWorkflow):
         batch = await manager.run([task_from_row(self.task.raw_task)], mode=self.mode, num_repeat=1,
                                   check_error_rate=False)
         episode = batch.episodes[0]
-        report_outcome(self.mode, self.task.batch_id, episode)
+        report(self.mode, self.task.batch_id, episode)  # the run's failure count and row problems
         return episode_to_experiences(episode)
 
     def run(self) -> list[Any]:

@@ -26,7 +26,9 @@ from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput
 
+from astuner.backbone.run_health import report
 from astuner.backbone.runtime import load_saved_run, task_from_row
+from astuner.backbone.verl.translate import MODE_KEY
 from astuner.model.engines.base import GenerateResult, SamplingParams
 from astuner.rollout.manager import EpisodeResult, RolloutManager
 
@@ -102,7 +104,9 @@ class AstunerAgentLoop(AgentLoopBase):
                                   max_tokens=self.cfg.rollout.max_response_length_in_one_turn)
         manager = RolloutManager(self.cfg, self.workflow, self.judge,
                                  VerlServerEngine(self.server_manager, self.stop_token_ids), self.tokenizer)
-        batch = await manager.run([task], num_repeat=1, check_error_rate=False, sampling=sampling)
+        mode = extra.get(MODE_KEY, "train")
+        batch = await manager.run([task], mode=mode, num_repeat=1, check_error_rate=False, sampling=sampling)
+        report(mode, None, batch.episodes[0])  # the run's failure count and row problems (verl's steps: in order)
         fallback_prompt = self.tokenizer.encode(task.query_or_none or " ", add_special_tokens=False) or [
             self.stop_token_ids[0]]
         return episode_to_output(batch.episodes[0], int(self.rollout_config.prompt_length),

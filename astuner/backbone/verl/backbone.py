@@ -43,7 +43,8 @@ def prepare(ctx: Any, gpu_bytes: Optional[int] = None) -> Path:
     model_path = resolve_model_path(a, ctx.config.extra_roots)
     check_memory(ctx.config, model_path, gpu_bytes, user_verl_keys(ctx.config.merged))
     n_train = write_rows((verl_task_row(t, i) for i, t in enumerate(train_tasks)), root / "verl_data" / "train.jsonl")
-    n_val = write_rows((verl_task_row(t, i) for i, t in enumerate(reader.val_tasks())), root / "verl_data" / "test.jsonl")
+    n_val = write_rows((verl_task_row(t, i, "val") for i, t in enumerate(reader.val_tasks())),
+                       root / "verl_data" / "test.jsonl")
     (root / "verl_agent_loops.yaml").write_text(yaml.safe_dump(agent_loop_registry(ctx.config, root), sort_keys=False))
     config = compose_verl_config(translate_to_verl(ctx.config, root, model_path=model_path, validation=n_val > 0))
     path = root / CONFIG_FILE
@@ -67,16 +68,64 @@ def run(ctx: Any) -> None:
     cluster = ensure_ray(ctx.with_ray, logical_gpus=tc.nnodes * gpus_per_node(ctx.config) if cpu else None)
     from astuner.backbone.engine_errors import EngineLog
 
+    from astuner.backbone import run_health
+
+    root = ctx.run_dir.root.absolute()
+    runner = HealthyRunner(ctx.config, root)
     try:
         with EngineLog() as engine_log:
-            _run_verl(path, engine_log)
+            try:
+                _run_verl(path, engine_log, runner)
+            except Exception:
+                reason = run_health.failure(root)  # the health actor stopped the run: its reason, not the kill's
+                if reason is None:
+                    raise
+                raise RunFailed(reason) from None
+        run_health.finish(runner.health)
     finally:
         cluster.stop()
 
 
-def _run_verl(path: Path, engine_log: Any) -> None:
-    """verl's own entry point on the composed config; a vLLM engine that fails to start ends the run with its
-    root cause (from vLLM's log), not verl's wrapper."""
+RUNNER_NAME = "astuner_verl_task_runner"
+
+
+class HealthyRunner:
+    """verl's task runner as `run_ppo` starts it (`task_runner_class.remote()`, once Ray is up), named, beside the
+    run's health actor (`run_health`), which reports each episode's outcome and stops the runner by that name when
+    a step's failures pass `rollout.max_error_rate`."""
+
+    def __init__(self, run: Any, root: Path):
+        self.run, self.root, self.runner_class, self.health = run, root, None, None
+        self.options_given: dict[str, Any] = {}
+
+    def options(self, **options: Any) -> "HealthyRunner":  # run_ppo's profiler path
+        self.options_given = options
+        return self
+
+    def remote(self) -> Any:
+        import ray
+
+        from astuner.backbone import run_health
+
+        namespace = ray.get_runtime_context().namespace
+        n_val = len((self.root / "verl_data" / "test.jsonl").read_text(encoding="utf-8").splitlines())
+        self.health = run_health.start("verl", self.run, self.root, n_val, [RUNNER_NAME], namespace,
+                                       first_step=resumed_step(self.root / "checkpoints"))
+        return self.runner_class.options(name=RUNNER_NAME, namespace=namespace, **self.options_given).remote()
+
+
+def resumed_step(checkpoints: Path) -> int:
+    """The step verl resumes from (its `latest_checkpointed_iteration.txt`); 0 for a new run."""
+    path = checkpoints / "latest_checkpointed_iteration.txt"
+    try:
+        return int(path.read_text(encoding="utf-8").strip())
+    except (OSError, ValueError):
+        return 0
+
+
+def _run_verl(path: Path, engine_log: Any, runner: HealthyRunner) -> None:
+    """verl's own entry point on the composed config (its task runner started through `runner`); a vLLM engine
+    that fails to start ends the run with its root cause (from vLLM's log), not verl's wrapper."""
     from omegaconf import OmegaConf
     from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
@@ -87,9 +136,11 @@ def _run_verl(path: Path, engine_log: Any) -> None:
     auto_set_device(config)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
     if config.trainer.use_v1:
-        runner = TaskRunnerV1
+        runner.runner_class = TaskRunnerV1
     else:
-        from verl.trainer.main_ppo_v0 import TaskRunner as runner
+        from verl.trainer.main_ppo_v0 import TaskRunner
+
+        runner.runner_class = TaskRunner
     try:
         run_ppo(config, task_runner_class=runner)
     except Exception as exc:

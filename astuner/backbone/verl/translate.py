@@ -226,10 +226,14 @@ def agent_loop_registry(run: RunConfig, root: Path) -> list[dict[str, Any]]:
              "astuner_roots": plugin_roots(run)}]
 
 
-def verl_task_row(task: Any, index: int) -> dict[str, Any]:
-    """A row of verl's dataset for one astuner task (the agent loop rebuilds the task from extra_info)."""
+MODE_KEY = "astuner_mode"
+
+
+def verl_task_row(task: Any, index: int, mode: str = "train") -> dict[str, Any]:
+    """A row of verl's dataset for one astuner task (the agent loop rebuilds the task from extra_info); `mode`
+    "train" or "val", the split the row is in (verl tells its agent loop nothing else of it)."""
     from astuner.backbone.runtime import task_row
 
     return {"prompt": [{"role": "user", "content": task.query_or_none or task.task_id}], "data_source": "astuner",
             "reward_model": {"style": "astuner", "ground_truth": ""}, "agent_name": AGENT_NAME,
-            "extra_info": {"index": index, **task_row(task)}}
+            "extra_info": {"index": index, MODE_KEY: mode, **task_row(task)}}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import sqlite3
 import subprocess
 import sys
@@ -119,6 +120,9 @@ def test_trinity_trains_steps_whose_episodes_yield_0_1_or_2_samples(warm_model, 
                    # Trinity's wandb monitor, offline in the run folder (its scalars are read back below)
                    "astuner.trainer_common.logger=[console,wandb]")
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    # the tasks whose rows failed every episode, named at the run's end in one line (the run's health actor)
+    summary = [line for line in proc.stderr.splitlines() if "skipped: every episode failed on its row" in line]
+    assert len(summary) == 1 and "lacking field 'environment_url'" in summary[0], proc.stderr[-3000:]
     root = tmp_path / "runs" / "uneven"
     assert not (root / "tensorboard" / "explorer").exists()  # the one tracker Trinity logs to is wandb
     produced = [exp for _, exp in experiences(root / "trajectories" / "explorer_output.db", table="pipeline_input")]
@@ -127,6 +131,8 @@ def test_trinity_trains_steps_whose_episodes_yield_0_1_or_2_samples(warm_model, 
         per_episode.setdefault(exp.info["episode_uuid"], []).append(exp)
     numbers = {int(exp.info["task_id"].rsplit("-", 1)[-1]) for exp in produced}
     assert numbers and all(n % 3 for n in numbers)  # failed episodes gave no experience
+    skipped = {int(n) for n in re.findall(r"'train-(\d+)'", summary[0])}  # the first three named
+    assert skipped and all(n % 3 == 0 for n in skipped)
     assert len(per_episode) < 3 * 4 * 2  # and some failed (the task order is the seeded shuffle's)
     assert any(len(exps) == 2 for exps in per_episode.values())  # a task one past a multiple of 3: two samples
     # what reaches the trainer: each step's experiences less the groups drop_zero_variance_groups drops (a

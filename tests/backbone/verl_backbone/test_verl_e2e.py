@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -22,6 +23,7 @@ from tests.helpers import scalars  # noqa: E402
 from tests.records.tracker_files import wandb_scalars  # noqa: E402
 
 CONF = REPO_ROOT / "tutorial" / "example_tool_cpu" / "calc_agent.yaml"
+UNEVEN = REPO_ROOT / "tests" / "backbone" / "uneven_agent.py"
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +84,9 @@ def verl_lora_run(tmp_path_factory):
     proc = subprocess.run([sys.executable, "-m", "astuner", "--conf", str(CONF), "--backbone", "verl", "--with-ray",
                            "--exp-dir", str(tmp / "runs"), f"astuner.model.path={tmp / 'model'}",
                            "astuner.model.lora={rank: 8, alpha: 16}", "astuner.trainer_common.test_freq=-1",
+                           # a third of the tasks fail on their rows (they read a field no row has): named at the end
+                           f"astuner.rollout.agentscope_workflow='{UNEVEN}->UnevenWorkflow'",
+                           "astuner.rollout.max_error_rate=1.0",
                            "astuner.trainer_common.val_before_train=false",
                            # an entropy bonus moves the adapter even when every reward of a group is equal, and a
                            # large step moves it far: step 2's rollouts show whether the merged weights reached vLLM
@@ -103,3 +108,30 @@ def test_verl_trains_a_lora_adapter_on_the_cpu(verl_lora_run):
     assert all(v < 1e-4 for v in tb["training/rollout_probs_diff_mean"].values())
     meta = json.loads((root / "checkpoints" / "global_step_2" / "actor" / "lora_train_meta.json").read_text())
     assert meta["r"] == 8 and meta["lora_alpha"] == 16
+    # the run's health actor counted every worker's episodes: the tasks whose rows failed them, in one line
+    summary = [line for line in proc.stderr.splitlines() if "skipped: every episode failed on its row" in line]
+    assert len(summary) == 1 and "lacking field 'environment_url'" in summary[0], proc.stderr[-3000:]
+    skipped = {int(n) for n in re.findall(r"'train-(\d+)'", summary[0])}
+    assert skipped and all(n % 3 == 0 for n in skipped)
+    rows = [json.loads(line) for path in (root / "trajectories").glob("*.jsonl") for line in path.read_text().splitlines()]
+    assert any(row["failed"] == 1.0 for row in rows) and any(row["failed"] == 0.0 for row in rows)
+
+
+def test_a_verl_run_whose_episodes_all_fail_on_their_rows_fails(tmp_path):
+    """verl trains a failed episode's padded stand-in and goes on; the run's health actor stops it as the debug
+    backbone would, once more than max_error_rate of a step's episodes failed, with the row's one line."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    model = tmp_path / "model"
+    from astuner.model.tiny_model import build_tiny_model
+
+    build_tiny_model(model, hidden_size=128, heads=2, kv_heads=1)  # head size 64: vLLM's CPU attention
+    proc = subprocess.run([sys.executable, "-m", "astuner", "--conf", str(CONF), "--backbone", "verl", "--with-ray",
+                           "--exp-dir", str(tmp_path / "runs"), f"astuner.model.path={model}",
+                           f"astuner.rollout.agentscope_workflow='{UNEVEN}->RowlessWorkflow'",
+                           "astuner.trainer_common.test_freq=-1", "astuner.trainer_common.total_training_steps=1"],
+                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 1, (proc.stdout + proc.stderr)[-4000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "episodes of verl's train step 1 failed" in last and "max_error_rate 0.5" in last, last
+    assert "has no field 'environment_url'" in last and len(last) < 400, last
+    assert not (tmp_path / "runs" / CONF.stem / "checkpoints" / "global_step_1").exists()
