@@ -16,6 +16,7 @@ when every row of the batch has the same adapter. `AdapterRoute` is one policy's
 from __future__ import annotations
 
 import asyncio
+import inspect
 import concurrent.futures
 import threading
 from dataclasses import dataclass
@@ -55,6 +56,12 @@ class HFEngine:
         self.stats = {"batches": 0, "sequences": 0, "generated_tokens": 0, "shared_prefix_tokens": 0,
                       "compactions": 0}
         note_spinning_threads(model)
+
+    @property
+    def cache_key(self) -> str:
+        """The forward's KV-cache argument (and output field): `cache` from transformers 5.11 on, where
+        `past_key_values` is its deprecated alias; `past_key_values` before (verl's environment)."""
+        return cache_keyword(self.model)
 
     @classmethod
     def from_pretrained(cls, path: str, tokenizer: Any, max_num_seqs: int = 64, batch_wait_ms: float = 0.0,
@@ -149,8 +156,9 @@ class HFEngine:
             past = None
             if shared:
                 with autocast(device, self.dtype):
-                    past = self.model(input_ids=torch.tensor([prompts[0][:shared]], device=device), use_cache=True,
-                                      **keep, **({"adapter_names": names[:1]} if names else {})).past_key_values
+                    past = getattr(self.model(input_ids=torch.tensor([prompts[0][:shared]], device=device),
+                                              use_cache=True, **keep,
+                                              **({"adapter_names": names[:1]} if names else {})), self.cache_key)
                 past.batch_repeat_interleave(batch)
                 self.stats["shared_prefix_tokens"] += shared * (batch - 1)
             rests = [p[shared:] for p in prompts]
@@ -171,9 +179,9 @@ class HFEngine:
             limits = [s.max_tokens for s in samplings]
             with autocast(device, self.dtype):
                 out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
-                                 past_key_values=past, use_cache=True, **keep,
+                                 **{self.cache_key: past}, use_cache=True, **keep,
                                  **({"adapter_names": names} if names else {}))
-            past = out.past_key_values
+            past = getattr(out, self.cache_key)
             logits = out.logits[:, -1, :].float()
             tokens_out: list[list[int]] = [[] for _ in range(batch)]
             logprobs_out: list[list[float]] = [[] for _ in range(batch)]
@@ -213,14 +221,20 @@ class HFEngine:
                 next_pos = next_pos + 1
                 with autocast(device, self.dtype):
                     out = self.model(input_ids=tokens[:, None], attention_mask=attention, position_ids=next_pos,
-                                     past_key_values=past, use_cache=True,
+                                     **{self.cache_key: past}, use_cache=True,
                                      **({"adapter_names": names} if names else {}))
-                past = out.past_key_values
+                past = getattr(out, self.cache_key)
                 logits = out.logits[:, -1, :].float()
             self.stats["batches"] += 1
             self.stats["sequences"] += batch
             self.stats["generated_tokens"] += sum(len(t) for t in tokens_out)
             return [GenerateResult(t, lp, r) for t, lp, r in zip(tokens_out, logprobs_out, reasons)]
+
+
+def cache_keyword(model: Any) -> str:
+    """`cache` where the model's forward (a peft model's base model's) takes it, else `past_key_values`."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
 class AdapterRoute:
