@@ -359,7 +359,6 @@ def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
     `madness_checks` (["nonsense", "wrong_toolcall"]) gives an episode failing one astuner's madness reward;
     both are logged when they act. A Trinity-RFT config file sets them (and any astuner key) in an `astuner:`
     section; an astuner YAML keeps its own unless these arguments are given."""
-    import yaml
     from loguru import logger
 
     from astuner.backbone.translate_common import deep_merge
@@ -375,9 +374,12 @@ def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
 
     prefer_passive_waits()  # idle OpenMP threads sleep, unless torch is imported already (the engine says so then)
     _check_function(workflow_func, "workflow_func", ("task", "model"))
-    if auxiliary_models and backbone != "debug":
-        raise UserError(f"tune(auxiliary_models=...) are served on the debug backbone only in this version (backbone "
-                        f"{backbone!r}); use backbone=\"debug\"")
+    if auxiliary_models:
+        from astuner.backbone.capabilities import refusal
+
+        refused = refusal(backbone, "auxiliary_models", "tune(auxiliary_models=...)")
+        if refused:
+            raise UserError(refused.replace("--backbone ", "backbone="))
     if judge_func is not None:
         _check_function(judge_func, "judge_func", ("task", "response"))
     if config_path is None and (train_dataset is None or model is None):

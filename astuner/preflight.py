@@ -124,26 +124,12 @@ def check_model_at(raw: str, tiny: Any, key: str, extra_roots: Sequence[Path], o
     return f"model: {found} ({data['model_type']})"
 
 
-_ONE_MODEL = {
-    "verl": "verl 0.9 trains one actor model per job (one actor worker group; its vLLM serves one LoRA adapter, "
-            "under one fixed id)",
-    "trinity": "Trinity-RFT 0.6 trains one model per job (one trainer, one LoRA adapter; its auxiliary models are "
-               "never updated)",
-}
-
-
-def policies_note(cfg: Any, backbone: str, roots: Sequence[Path] = ()) -> str:
-    """The agent -> policy map as --dry-run prints it; several policies where the backbone cannot train them
-    are refused here, before anything starts."""
+def policies_note(cfg: Any, roots: Sequence[Path] = ()) -> str:
+    """The agent -> policy map as --dry-run prints it, on a backbone that trains several policies; what they
+    cannot be is refused here, before anything starts."""
     from astuner.errors import ConfigError
     from astuner.model.policies import policy_map
 
-    if backbone != "debug":
-        raise ConfigError(f"astuner.policies names {len(cfg.policies)} "
-                          f"polic{'y' if len(cfg.policies) == 1 else 'ies'}, but "
-                          f"{_ONE_MODEL.get(backbone, f'the {backbone} backbone trains one model')}; train "
-                          f"several policies with --backbone debug, or remove astuner.policies (astuner.model is the "
-                          f"one policy)")
     from astuner.backbone.debug.policies import check_supported
     from astuner.model.engines.factory import pick_engine
 
@@ -185,19 +171,18 @@ def preflight(run_config: Any, exp_dir: Path, offline: bool, backbone: Any = Non
 
 
 def _backbone_notes(run_config: Any, backbone: Any, found: Found, model_ok: bool) -> list[str]:
-    """What the backbone makes of the config: auxiliary models and policies it cannot serve, the keys it does not
-    read, its machine plan."""
+    """What the backbone makes of the config: the features it refuses (its declaration), the policies, the keys it
+    does not read, its machine plan."""
+    from astuner.backbone.capabilities import refusal, refusals
     from astuner.config.keys import unread_by
-    from astuner.errors import ConfigError
 
     cfg, notes = run_config.astuner, []
-    if cfg.auxiliary_models and backbone.name != "debug" and found.sound("astuner.auxiliary_models"):
-        found.add(ConfigError(f"astuner.auxiliary_models: served on the debug backbone only in this version "
-                              f"(backbone {backbone.name!r}); run there, or remove them"))
+    for problem in refusals(run_config, backbone.name, found.sound):
+        found.add(problem)
     if found.bad_keys:  # the policies and the plan read much of the config: only a whole one
         return notes
-    if cfg.policies:
-        notes.append(found.attempt(policies_note, cfg, backbone.name, run_config.extra_roots)[1])
+    if cfg.policies and refusal(backbone.name, "several_policies") is None:
+        notes.append(found.attempt(policies_note, cfg, run_config.extra_roots)[1])
     unread = unread_by(cfg, backbone.name)
     if unread:  # the declaration says which backbones read each key (docs/configuration.md)
         notes.append(f"set but not read by the {backbone.name} backbone (no effect there): {', '.join(unread)}")

@@ -46,6 +46,7 @@ class Backbone(Protocol):
     name: str
     uses_ray: bool  # runs on a Ray cluster (tune() starts a private head when none is given, as --with-ray)
     records_tokens: bool  # writes astuner's token-level trajectories (what the viewer's episodes show)
+    refuses: dict[str, str]  # feature -> why this backbone cannot offer it (astuner.backbone.capabilities)
 
     def check_available(self) -> None:
         """`BackboneUnavailable` when what it needs is not installed (said before the run folder exists)."""

@@ -11,12 +11,15 @@ driver on the driver's node:
   steps run one after another, so there a step is the next `train_batch_size × num_repeat` training episodes
   (a validation: the validation set's episodes) after the step the run resumed from;
 - per task (`row_problems`): the episodes that failed because the task's row lacks what the workflow or judge read.
-  At the end the driver asks for the one line naming the tasks none of whose episodes got past their row
-  (`finish`): a warning, or the run's error when no training episode got past its row.
+  The actor keeps the one line naming the tasks none of whose episodes got past their row in the run folder (Trinity
+  shuts its Ray connection down as it ends, and the actor with it); at the end the driver reads it (`finish`): a
+  warning, or the run's error when no training episode got past its row.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
@@ -28,6 +31,7 @@ from astuner.rollout.row_problems import LIMIT, RowProblems
 
 ACTOR_NAME = "astuner_run_health"
 FAILURE_FILE = "run_failure.txt"
+ROWS_FILE = "row_problems.json"
 
 
 class RunHealth:
@@ -61,6 +65,8 @@ class RunHealth:
             self.rows.record(str(task_id), problem)
             if mode == "train" and problem is None:
                 self.trained_past_row += 1
+            if self.rows.problems:
+                self._write_rows()
         counts = self.steps.setdefault(f"{mode}:{step}", [0, 0, None, ""])
         counts[0] += 1
         if failed:
@@ -81,6 +87,13 @@ class RunHealth:
         """The line naming the tasks every episode of which failed on its row (None: none did), and whether no
         training episode got past its row."""
         return self.rows.summary(LIMIT - len(NO_STEP)), self.trained_past_row == 0
+
+    def _write_rows(self) -> None:
+        summary, none_trained = self.row_summary()
+        path = Path(self.failure_file).with_name(ROWS_FILE)
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(json.dumps({"summary": summary, "none_trained": none_trained}), encoding="utf-8")
+        os.replace(partial, path)  # the driver never reads half a file
 
     def _stop(self) -> None:
         """The backbone's actors (Trinity's explorer and trainer, which would otherwise wait for experiences that
@@ -111,7 +124,8 @@ def start(backbone: str, run: Any, root: Path, n_val: int, actors: list[str], na
 
     ro = run.astuner.rollout
     expected = {"train": run.astuner.data.train_batch_size * ro.num_repeat, "val": n_val * ro.val_kwargs.num_repeat}
-    (root / FAILURE_FILE).unlink(missing_ok=True)
+    for name in (FAILURE_FILE, ROWS_FILE):  # a resumed run's earlier ones
+        (root / name).unlink(missing_ok=True)
     node = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
     return ray.remote(RunHealth).options(name=ACTOR_NAME, namespace=namespace, num_cpus=0,
                                          scheduling_strategy=node).remote(
@@ -138,14 +152,15 @@ def failure(root: Path) -> Optional[str]:
     return path.read_text(encoding="utf-8") if path.exists() else None
 
 
-def finish(actor: Any) -> None:
+def finish(root: Path) -> None:
     """The run's end: the tasks none of whose episodes got past their row, in one line (a warning); the run's error
     when no training episode got past its row."""
-    import ray
-
-    summary, none_trained = ray.get(actor.row_summary.remote())
-    if summary is None:
+    path = root / ROWS_FILE
+    if not path.exists():
         return
-    if none_trained:
-        raise DataError(NO_STEP + summary)
-    logger.warning(summary)
+    found = json.loads(path.read_text(encoding="utf-8"))
+    if found["summary"] is None:
+        return
+    if found["none_trained"]:
+        raise DataError(NO_STEP + found["summary"])
+    logger.warning(found["summary"])

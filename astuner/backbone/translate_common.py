@@ -41,12 +41,3 @@ def local_model(run: Any) -> Optional[str]:
 
     found = find_user_path(run.astuner.model.path, run.extra_roots)
     return str(found) if found is not None else None
-
-
-def refuse_debug_only(run: Any, backbone: str) -> None:
-    """Keys only the debug backbone honours are refused elsewhere, never ignored."""
-    from astuner.errors import ConfigError
-
-    if run.astuner.trainer_common.sft.steps > 0:
-        raise ConfigError(f"astuner.trainer_common.sft runs on the debug backbone only: warm-start there, then "
-                          f"give --backbone {backbone} its checkpoints/global_step_0/model as model.path")

@@ -101,3 +101,29 @@ def test_a_row_problem_stops_a_step_with_its_own_line_and_a_long_error_is_cut_to
     for _ in range(5):
         health.record("train", "1", True, "Traceback ...\nValueError: " + "x" * 5000)
     assert stopped and len(health.reason) <= LIMIT and health.reason.endswith("... (tracebacks in the log)")
+
+
+def test_the_driver_reads_the_row_line_from_the_run_folder_at_the_end(tmp_path):
+    """Trinity shuts its Ray connection (and the actor) down as it ends: the line is kept in the run folder."""
+    import pytest
+
+    from astuner.backbone.run_health import ROWS_FILE, finish
+    from astuner.errors import DataError
+    from tests.helpers import captured_logs
+
+    finish(tmp_path)  # no row problem: nothing said
+    health = counter(tmp_path, [], rate=1.0)
+    health.record("train", "1", True, str(lacks("train-0")), "train-0", lacks("train-0"))
+    assert (tmp_path / ROWS_FILE).exists() and not list(tmp_path.glob("*.partial"))
+    with pytest.raises(DataError, match=r"^no step trained: 1 task skipped: every episode failed on its row, 1 "
+                                        r"lacking field 'env_url' \('train-0'\)"):
+        finish(tmp_path)
+    health.record("train", "1", False, None, "train-1", None)
+    from loguru import logger
+
+    logs, sink = captured_logs("WARNING")
+    try:
+        finish(tmp_path)
+    finally:
+        logger.remove(sink)
+    assert [line for line in logs if line.startswith("1 task skipped")]

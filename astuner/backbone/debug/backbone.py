@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 class DebugBackbone:
     name = "debug"
+    refuses: dict[str, str] = {}  # every feature (astuner.backbone.capabilities)
     uses_ray = False
     records_tokens = True
 

@@ -73,6 +73,7 @@ def run(ctx: Any) -> None:
 
         with EngineLog() as engine_log:
             status = run_stage(config)  # its own ray.init finds this connection and keeps it
+        del counter  # (run_stage shuts Ray down as it ends: the actor's row line is in the run folder)
         reason = run_health.failure(root)
         if reason:
             raise RunFailed(reason)
@@ -81,7 +82,7 @@ def run(ctx: Any) -> None:
         caught = caught_error(Path(config.get_checkpoint_job_dir()) / "log")
         if caught:
             raise RunFailed(caught)
-        run_health.finish(counter)
+        run_health.finish(root)
     finally:
         cluster.stop()
 
@@ -193,6 +194,19 @@ def check_with_trinity(config: Any) -> None:
 
 class TrinityBackbone:
     name = "trinity"
+    refuses = {  # what a config may ask for that Trinity-RFT cannot do (astuner.backbone.capabilities)
+        "several_policies": "Trinity-RFT 0.6 trains one model per job (one trainer, one LoRA adapter; its auxiliary "
+                            "models are never updated)",
+        "auxiliary_models": "auxiliary models are served on the debug backbone only in this version",
+        "lora": "astuner's agents sample through Trinity-RFT 0.6's OpenAI-compatible server, which serves the base "
+                "model only (its LoRA adapter reaches Trinity's own workflow calls alone), so rollouts would ignore "
+                "the adapter being trained",
+        "sft_warm_start": "the warm start runs on the debug backbone only in this version (warm-start there, then give this backbone "
+                          "its checkpoints/global_step_0/model as astuner.model.path)",
+        "grpo_without_std": "Trinity always divides GRPO advantages by the group's std",
+        "mini_batches": "Trinity takes one optimizer step per trainer step (verl's ppo_mini_batch_size is the whole "
+                        "batch there)",
+    }
     uses_ray = True
     records_tokens = False
 

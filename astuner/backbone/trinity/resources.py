@@ -38,19 +38,3 @@ def trinity_mode(run: Any, cpu: bool = False) -> tuple[str, int]:
                           f"the trainer; lower astuner.trainer_common.trinity_only__n_vllm_engine or "
                           f"astuner.rollout.tensor_model_parallel_size, or use more GPUs")
     return "both", engines
-
-
-def check_supported(run: Any) -> None:
-    """Settings Trinity-RFT 0.6 has no way to honour, refused rather than ignored: its GRPO advantage
-    functions always divide by the group's std, and its trainer takes one optimizer step per trainer step
-    (verl's ppo_mini_batch_size is fixed to the whole batch)."""
-    tc = run.astuner.trainer_common
-    problems = []
-    if not tc.algorithm.norm_adv_by_std_in_grpo:
-        problems.append("astuner.trainer_common.algorithm.norm_adv_by_std_in_grpo: false (Trinity always divides "
-                        "GRPO advantages by the group's std)")
-    if tc.mini_batch_num != 1:
-        problems.append(f"astuner.trainer_common.mini_batch_num: {tc.mini_batch_num} (Trinity takes one optimizer "
-                        f"step per trainer step)")
-    if problems:
-        raise ConfigError("backbone trinity cannot do " + "; ".join(problems) + "; use --backbone debug or verl")

@@ -13,12 +13,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-from loguru import logger
 
 from astuner.backbone.machine import gpus_per_node
-from astuner.backbone.trinity.resources import check_supported, trinity_mode
+from astuner.backbone.trinity.resources import trinity_mode
 from astuner.backbone.machine import cpu_mode
-from astuner.backbone.translate_common import deep_merge, plugin_roots, refuse_debug_only
+from astuner.backbone.translate_common import deep_merge, plugin_roots
 from astuner.config import RunConfig
 from astuner.errors import ConfigError
 from astuner.task_reader import has_validation
@@ -62,13 +61,6 @@ def translate_to_trinity(run: RunConfig, root: Path) -> dict[str, Any]:
     a = run.astuner
     ro, tc, al, o = a.rollout, a.trainer_common, a.trainer_common.algorithm, a.trainer_common.optim
     data_dir = root / "trinity_data"
-    refuse_debug_only(run, "trinity")
-    if a.model.lora is not None:
-        raise ConfigError("astuner.model.lora cannot be honoured by Trinity-RFT 0.6: astuner's agents sample through "
-                          "its OpenAI-compatible server, which serves the base model only (its LoRA adapter reaches "
-                          "Trinity's own workflow calls alone), so rollouts would ignore the adapter being trained; "
-                          "use --backbone verl or debug for LoRA")
-    check_supported(run)
     cpu = cpu_mode(run)
     # colocate on one GPU, else explorer and trainer split the GPUs; on the CPU both, on logical GPUs
     mode, engines = trinity_mode(run, cpu)

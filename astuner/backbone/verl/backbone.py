@@ -26,10 +26,6 @@ def prepare(ctx: Any, gpu_bytes: Optional[int] = None) -> Path:
     from omegaconf import OmegaConf
 
     a = ctx.config.astuner
-    if a.task_reader.selector.selector_type not in ("sequential", "shuffle") or \
-            a.data_processor.experience_pipeline.operators:
-        raise ConfigError("backbone verl serves tasks with its own sampler: task selectors other than sequential / "
-                          "shuffle and experience operators are not supported there; use --backbone debug or trinity")
     from astuner.backbone.runtime import write_rows
     from astuner.backbone.translate_common import user_verl_keys
     from astuner.backbone.verl.translate import agent_loop_registry, translate_to_verl, verl_task_row
@@ -81,7 +77,7 @@ def run(ctx: Any) -> None:
                 if reason is None:
                     raise
                 raise RunFailed(reason) from None
-        run_health.finish(runner.health)
+        run_health.finish(root)
     finally:
         cluster.stop()
 
@@ -180,6 +176,15 @@ def dry_run_config(run: Any, root: Path) -> dict[str, Any]:
 
 class VerlBackbone:
     name = "verl"
+    refuses = {  # what a config may ask for that verl cannot do (astuner.backbone.capabilities)
+        "several_policies": "verl 0.9 trains one actor model per job (one actor worker group; its vLLM serves one "
+                            "LoRA adapter, under one fixed id)",
+        "auxiliary_models": "auxiliary models are served on the debug backbone only in this version",
+        "sft_warm_start": "the warm start runs on the debug backbone only in this version (warm-start there, then give this backbone "
+                          "its checkpoints/global_step_0/model as astuner.model.path)",
+        "task_selector": "verl serves tasks with its own sampler, in order or shuffled",
+        "experience_operators": "verl has no experience pipeline between its rollouts and its update",
+    }
     uses_ray = True
     records_tokens = False
 

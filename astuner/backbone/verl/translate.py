@@ -18,7 +18,7 @@ from loguru import logger
 from astuner.backbone.machine import gpus_per_node
 from astuner.backbone.vllm_memory import cpu_plan
 from astuner.backbone.machine import cpu_mode
-from astuner.backbone.translate_common import deep_merge, local_model, plugin_roots, refuse_debug_only, user_verl_keys
+from astuner.backbone.translate_common import deep_merge, local_model, plugin_roots, user_verl_keys
 from astuner.config import RunConfig
 from astuner.task_reader import has_validation
 
@@ -116,7 +116,6 @@ def translate_to_verl(run: RunConfig, root: Path, model_path: Optional[str] = No
     """`model_path`: the resolved model folder (default: `model.path` as written); `validation`: whether
     a non-empty validation set was written (default: whether the config names one). Without one, verl
     still needs a file to read (the training tasks) and validation is switched off."""
-    refuse_debug_only(run, "verl")
     a = run.astuner
     ro, tc, al, o = a.rollout, a.trainer_common, a.trainer_common.algorithm, a.trainer_common.optim
     token_budget = tc.max_token_len_per_micro_batch

@@ -1,0 +1,92 @@
+"""What each backbone can do, declared once (`backbone/capabilities.py`, `refuses` on each backbone object): a
+feature a backbone refuses is refused before anything is written, on a run as at --dry-run, in one line naming
+the key, the reason and the backbones that offer it; the docs' table is the declarations'."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from astuner.backbone import BACKBONES, get_backbone
+from astuner.backbone.capabilities import BY_NAME, FEATURES, declared, refusal, table
+from tests.conftest import REPO_ROOT, run_cli
+
+TINY = str(REPO_ROOT / "tutorial" / "example_tiny_cpu" / "tiny_cpu.yaml")
+# a setting that asks for each feature, on the tiny demo's config
+ASKS = {
+    "several_policies": "+astuner.policies={a: {}, b: {}}",
+    "auxiliary_models": "+astuner.auxiliary_models={judge: some/model}",
+    "lora": "astuner.model.lora={}",
+    "sft_warm_start": "astuner.trainer_common.sft.steps=2",
+    "task_selector": "astuner.task_reader.task_selector.selector_type=random",
+    "experience_operators": "astuner.data_processor.experience_pipeline.operators=[{name: pass_rate_calculator}]",
+    "grpo_without_std": "astuner.trainer_common.algorithm.norm_adv_by_std_in_grpo=false",
+    "mini_batches": "astuner.trainer_common.mini_batch_num=2",
+}
+
+
+def test_every_backbone_declares_its_refusals_among_the_known_features():
+    assert set(ASKS) == set(BY_NAME)
+    for name in BACKBONES:
+        assert isinstance(get_backbone(name).refuses, dict)
+        declared(name)  # raises on a feature no config can ask for
+    assert declared("debug") == {}  # the debug backbone offers every feature
+
+
+@pytest.mark.parametrize("backbone", ["verl", "trinity"])
+@pytest.mark.parametrize("feature", [f.name for f in FEATURES])
+def test_a_refused_feature_is_one_line_at_dry_run_and_an_offered_one_passes(tmp_path, capsys, backbone, feature):
+    code, out, err = run_cli(["--conf", TINY, "--backbone", backbone, "--dry-run", "--exp-dir", str(tmp_path),
+                              f"astuner.model.path={tmp_path / 'model'}", ASKS[feature]], capsys)
+    expected = refusal(backbone, feature)
+    refused = [line for line in err.splitlines() if BY_NAME[feature].key + ":" in line and "(backbone " in line]
+    if expected is None:
+        assert not refused, err[-2000:]
+        return
+    assert code == 2 and len(refused) == 1 and refused[0].endswith(expected), err[-2000:]
+    assert len(refused[0]) < 400
+    offered = [n for n in BACKBONES if feature not in declared(n)]
+    assert re.search(r"use --backbone (\w+)( or (\w+))?, or remove it$", refused[0])
+    assert all(f"--backbone {n}" in refused[0] or f"or {n}" in refused[0] for n in offered if n != backbone)
+
+
+def test_every_refusal_is_said_together_on_one_dry_run(tmp_path, capsys):
+    code, _, err = run_cli(["--conf", TINY, "--backbone", "trinity", "--dry-run", "--exp-dir", str(tmp_path),
+                            f"astuner.model.path={tmp_path / 'model'}", ASKS["lora"], ASKS["sft_warm_start"], ASKS["mini_batches"]], capsys)
+    assert code == 2
+    for feature in ("lora", "sft_warm_start", "mini_batches"):
+        assert refusal("trinity", feature) in err
+
+
+def test_a_real_run_is_refused_before_its_run_folder_exists(tmp_path, capsys, monkeypatch):
+    """The run's own checks, not only --dry-run's: verl's own selector refusal used to come from inside its
+    prepare(), after the run folder was made."""
+    backbone = get_backbone("verl")
+    ran = []
+    monkeypatch.setattr(backbone, "check_available", lambda: None)  # verl need not be installed for this
+    monkeypatch.setattr(backbone, "run", lambda ctx: ran.append(ctx))
+    runs = tmp_path / "runs"
+    code, _, err = run_cli(["--conf", TINY, "--backbone", "verl", "--exp-dir", str(runs),
+                            f"astuner.model.path={tmp_path / 'model'}", ASKS["task_selector"]], capsys)
+    assert code == 2 and refusal("verl", "task_selector") in err, err[-2000:]
+    assert not ran and not runs.exists()
+
+
+def test_tune_refuses_auxiliary_models_where_the_backbone_does(tmp_path):
+    from astuner.api import tune
+    from astuner.errors import UserError
+
+    async def workflow(task, model, auxiliary_models=None):
+        return None
+
+    with pytest.raises(UserError, match=r"^tune\(auxiliary_models=\.\.\.\): auxiliary models are served on the debug "
+                                        r"backbone only in this version \(backbone verl\); use backbone=debug, or "
+                                        r"remove it$"):
+        tune(workflow_func=workflow, auxiliary_models={"judge": object()}, backbone="verl")
+
+
+def test_the_docs_table_is_the_declarations():
+    page = (REPO_ROOT / "docs" / "distributed.md").read_text(encoding="utf-8")
+    found = re.search(r"<!-- capabilities: generated -->\n(.*?)\n<!-- capabilities: end -->", page, re.S)
+    assert found and found.group(1) == table(), "regenerate with: python -m astuner.backbone.capabilities"
