@@ -23,7 +23,8 @@ FLOORS = [
     {"workflow"},
     {"rollout", "plugins"},
     {"backbone"},
-    {"backbone.debug", "backbone.verl"},
+    {"backbone.debug"},  # the reference backbone: verl and Trinity run its warm start (debug/warm_start.py)
+    {"backbone.verl"},
     {"backbone.trinity"},  # Trinity trains through its bundled verl: it reuses verl's CPU platform
     {"preflight"},
     {"run", "chat"},

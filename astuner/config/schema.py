@@ -407,20 +407,21 @@ class AlgorithmConfig:
 
 @dataclass
 class SftConfig:
-    """Supervised warm start before RL (debug backbone): a model that has never seen a tool-call format cannot
-    find one by RL alone, so real recipes fine-tune on demonstrations first. The demonstrations are episodes of
-    your own workflow played by `expert` (so the tokens are the ones the agent produces at run time); those the
-    judge scores at least min_reward are kept, and the policy is trained on their generated tokens (mask 1; tool
-    results and prompts are context). Runs once, at the start of a new run."""
+    """Supervised warm start before RL: a model that has never seen a tool-call format cannot find one by RL alone,
+    so real recipes fine-tune on demonstrations first. The demonstrations are episodes of your own workflow played
+    by `expert` (so the tokens are the ones the agent produces at run time); those the judge scores at least
+    min_reward are kept, and the policy is trained on their generated tokens (mask 1; tool results and prompts are
+    context). Runs once, at the start of a new run; on verl and Trinity in the driver's process before the backbone
+    starts (every weight, also with LoRA), its weights then the backbone's model."""
 
     expert: Optional[str] = key(
         None, "The expert: 'module->fn' / 'file.py->fn', an async function (prompt: str) -> str that answers the "
-        "rendered prompt (chat template applied) as the agent should; null = no warm start.", backbones=DEBUG)
-    steps: int = key(0, "Optimizer steps of SFT (0 = none).", ge=0, backbones=DEBUG)
-    lr: float = key(3.0e-3, "Learning rate (AdamW, no weight decay).", gt=0, backbones=DEBUG)
-    batch_size: int = key(16, "Demonstrations per optimizer step.", gt=0, backbones=DEBUG)
-    demonstrations_per_task: int = key(1, "Expert episodes per training task.", gt=0, backbones=DEBUG)
-    min_reward: float = key(1.0, "Keep an expert episode when its reward is at least this.", backbones=DEBUG)
+        "rendered prompt (chat template applied) as the agent should; null = no warm start.")
+    steps: int = key(0, "Optimizer steps of SFT (0 = none).", ge=0)
+    lr: float = key(3.0e-3, "Learning rate (AdamW, no weight decay).", gt=0)
+    batch_size: int = key(16, "Demonstrations per optimizer step.", gt=0)
+    demonstrations_per_task: int = key(1, "Expert episodes per training task.", gt=0)
+    min_reward: float = key(1.0, "Keep an expert episode when its reward is at least this.")
 
 
 @dataclass

@@ -40,24 +40,32 @@ def evaluate(run, plugins, tokenizer, model) -> dict:
             "val_calls_per_episode": sum(len(e.recorder.calls) for e in episodes) / len(episodes)}
 
 
+def base_model(out: Path, seed: int = 0) -> Path:
+    """The tiny random model at `out`, before any training: byte-level BPE over the example's questions and the
+    tool protocol, head size 64 for vLLM's CPU attention. (What `trainer_common.sft` warm-starts in the same
+    command as RL, on any backbone; `warm_start` below does it standalone.)"""
+    from astuner.model.tiny_model import DEFAULT_CORPUS, build_tiny_model
+
+    questions = [json.loads(line)["question"] for name in ("train", "val")
+                 for line in (HERE / f"{name}.jsonl").read_text().splitlines()]
+    corpus = DEFAULT_CORPUS + questions + ['{"name": "add", "arguments": {"a": 1, "b": 2}}', "\\boxed{12}"]
+    return build_tiny_model(out, seed=seed, hidden_size=128, layers=2, heads=2, kv_heads=1, corpus=corpus)
+
+
 def warm_start(out: Path, steps: int = 150, lr: float = 3e-3, seed: int = 0) -> dict:
-    """Create the tiny model at `out` (byte-level BPE, head size 64 for vLLM's CPU attention) and
-    fine-tune it on the demonstrations; returns what happened."""
+    """Create the tiny model at `out` (`base_model`) and fine-tune it on the demonstrations; returns what
+    happened."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from astuner.config import load_run_config
     from astuner.plugins import resolve_plugins
     from astuner.rollout.manager import RolloutManager, build_judge
     from astuner.task_reader import build_task_reader
-    from astuner.model.tiny_model import DEFAULT_CORPUS, build_tiny_model
     from astuner.backbone.debug import sft
     from calc_agent import expert  # this folder is on sys.path (script, or the tests that import this)
 
     start = time.time()
-    questions = [json.loads(line)["question"] for name in ("train", "val")
-                 for line in (HERE / f"{name}.jsonl").read_text().splitlines()]
-    corpus = DEFAULT_CORPUS + questions + ['{"name": "add", "arguments": {"a": 1, "b": 2}}', "\\boxed{12}"]
-    build_tiny_model(out, seed=seed, hidden_size=128, layers=2, heads=2, kv_heads=1, corpus=corpus)
+    base_model(out, seed)
     run = load_run_config(CONF, [f"astuner.model.path={out}"])
     tokenizer = AutoTokenizer.from_pretrained(out)
     plugins = resolve_plugins(run)

@@ -30,7 +30,9 @@ def prepare(ctx: Any) -> Path:
     keys = ctx.config.astuner.task_reader.selector.feature_keys
     n_train = write_rows((task_row(t, keys) for t in reader.train_tasks()), root / "trinity_data" / "train.jsonl")
     n_val = write_rows((task_row(t, keys) for t in reader.val_tasks()), root / "trinity_data" / "test.jsonl")
-    config = translate_to_trinity(ctx.config, root)
+    from astuner.backbone.debug.warm_start import warm_start
+
+    config = translate_to_trinity(ctx.config, root, model_path=warm_start(ctx))  # trainer_common.sft, if set
     path = root / CONFIG_FILE
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     logger.info(f"trinity: {n_train} training / {n_val} validation tasks, config {path}")
@@ -201,8 +203,6 @@ class TrinityBackbone:
         "lora": "astuner's agents sample through Trinity-RFT 0.6's OpenAI-compatible server, which serves the base "
                 "model only (its LoRA adapter reaches Trinity's own workflow calls alone), so rollouts would ignore "
                 "the adapter being trained",
-        "sft_warm_start": "the warm start runs on the debug backbone only in this version (warm-start there, then give this backbone "
-                          "its checkpoints/global_step_0/model as astuner.model.path)",
         "grpo_without_std": "Trinity always divides GRPO advantages by the group's std",
         "mini_batches": "Trinity takes one optimizer step per trainer step (verl's ppo_mini_batch_size is the whole "
                         "batch there)",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 
 from astuner.backbone.machine import gpus_per_node
@@ -57,7 +57,9 @@ def taskset(name: str, path: Path, split: str, run: RunConfig, mode: str) -> dic
     return entry
 
 
-def translate_to_trinity(run: RunConfig, root: Path) -> dict[str, Any]:
+def translate_to_trinity(run: RunConfig, root: Path, model_path: Optional[str] = None) -> dict[str, Any]:
+    """Trinity-RFT's config for `run` rooted at `root`; `model_path` in place of astuner.model.path (the warm
+    start's weights)."""
     a = run.astuner
     ro, tc, al, o = a.rollout, a.trainer_common, a.trainer_common.algorithm, a.trainer_common.optim
     data_dir = root / "trinity_data"
@@ -74,7 +76,7 @@ def translate_to_trinity(run: RunConfig, root: Path) -> dict[str, Any]:
         "cluster": {"node_num": 1, "gpu_per_node": CPU_GPUS} if cpu else {"node_num": tc.nnodes,
                                                                           "gpu_per_node": gpus_per_node(run)},
         "model": {
-            "model_path": a.model.path,
+            "model_path": model_path or a.model.path,
             "max_model_len": ro.max_model_len,
             "max_prompt_tokens": a.data.max_prompt_length,
             "max_response_tokens": a.data.max_response_length,

@@ -36,7 +36,10 @@ def prepare(ctx: Any, gpu_bytes: Optional[int] = None) -> Path:
     reader = build_task_reader(a, ctx.config.extra_roots)
     train_tasks = reader.train_tasks()
     check_batching(ctx.config, len(train_tasks))
+    from astuner.backbone.debug.warm_start import warm_start
+
     model_path = resolve_model_path(a, ctx.config.extra_roots)
+    model_path = warm_start(ctx, model_path) or model_path  # trainer_common.sft, if set
     check_memory(ctx.config, model_path, gpu_bytes, user_verl_keys(ctx.config.merged))
     n_train = write_rows((verl_task_row(t, i) for i, t in enumerate(train_tasks)), root / "verl_data" / "train.jsonl")
     n_val = write_rows((verl_task_row(t, i, "val") for i, t in enumerate(reader.val_tasks())),
@@ -180,8 +183,6 @@ class VerlBackbone:
         "several_policies": "verl 0.9 trains one actor model per job (one actor worker group; its vLLM serves one "
                             "LoRA adapter, under one fixed id)",
         "auxiliary_models": "auxiliary models are served on the debug backbone only in this version",
-        "sft_warm_start": "the warm start runs on the debug backbone only in this version (warm-start there, then give this backbone "
-                          "its checkpoints/global_step_0/model as astuner.model.path)",
         "task_selector": "verl serves tasks with its own sampler, in order or shuffled",
         "experience_operators": "verl has no experience pipeline between its rollouts and its update",
     }

