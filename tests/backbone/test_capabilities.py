@@ -90,3 +90,18 @@ def test_the_docs_table_is_the_declarations():
     page = (REPO_ROOT / "docs" / "distributed.md").read_text(encoding="utf-8")
     found = re.search(r"<!-- capabilities: generated -->\n(.*?)\n<!-- capabilities: end -->", page, re.S)
     assert found and found.group(1) == table(), "regenerate with: python -m astuner.backbone.capabilities"
+
+
+@pytest.mark.parametrize("backbone, path", [("verl", ("actor_rollout_ref", "model", "path")),
+                                            ("trinity", ("model", "model_path"))])
+def test_a_dry_run_shows_the_warm_started_model_the_backbone_will_start_from(tmp_path, capsys, backbone, path):
+    import yaml
+
+    code, out, err = run_cli(["--conf", TINY, "--backbone", backbone, "--dry-run", "--exp-dir", str(tmp_path),
+                              f"astuner.model.path={tmp_path / 'model'}", ASKS["sft_warm_start"],
+                              "astuner.trainer_common.sft.expert='tutorial/example_tool_cpu/calc_agent.py->expert'"], capsys)
+    assert code == 0, err[-2000:]
+    node = yaml.safe_load(out[out.index(f"# {backbone} config"):])
+    for part in path:
+        node = node[part]
+    assert node == str(tmp_path / "tiny_cpu" / "warm_start" / "model")

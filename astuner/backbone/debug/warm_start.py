@@ -26,6 +26,11 @@ FOLDER = "warm_start"
 RECORD = "warm_start.json"
 
 
+def planned_model(run: Any, root: Path) -> Optional[str]:
+    """Where the backbone's model will be after the warm start (what `--dry-run` shows), None without one."""
+    return str(Path(root).absolute() / FOLDER / "model") if run.astuner.trainer_common.sft.steps > 0 else None
+
+
 def warm_start(ctx: Any, model_path: Optional[str] = None) -> Optional[str]:
     """The warm-started model's folder for `ctx`'s run (None when `trainer_common.sft.steps` is 0), starting from
     `model_path` (default: astuner.model.path, resolved)."""

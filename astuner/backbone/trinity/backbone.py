@@ -225,7 +225,9 @@ class TrinityBackbone:
         """The translation, checked by Trinity-RFT itself when it is installed (`check_with_trinity`)."""
         from astuner.records.run_dir import dump_config
 
-        translated = translate_to_trinity(config, root)
+        from astuner.backbone.debug.warm_start import planned_model
+
+        translated = translate_to_trinity(config, root, model_path=planned_model(config, root))
         if importlib.util.find_spec("trinity") is not None:
             check_with_trinity(config)
         return f"# trinity config translated from {config.conf_path}\n" + dump_config(translated)

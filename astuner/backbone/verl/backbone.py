@@ -167,9 +167,10 @@ def dry_run_config(run: Any, root: Path) -> dict[str, Any]:
     """The translated config; merged into verl's own ppo_trainer config when verl is installed."""
     import importlib.util
 
+    from astuner.backbone.debug.warm_start import planned_model
     from astuner.backbone.verl.translate import translate_to_verl
 
-    translated = translate_to_verl(run, root)
+    translated = translate_to_verl(run, root, model_path=planned_model(run, root))
     if importlib.util.find_spec("verl") is None:
         return translated
     from omegaconf import OmegaConf
