@@ -48,6 +48,7 @@ class RunHealth:
         self.reason: Optional[str] = None
         self.rows = RowProblems()
         self.trained_past_row = 0  # training episodes that got past their row
+        self.written: Optional[tuple] = None  # what the row file holds
 
     def record(self, mode: str, step: Optional[str], failed: bool, error: Optional[str],
                task_id: Optional[str] = None, problem: Any = None) -> None:
@@ -89,7 +90,11 @@ class RunHealth:
         return self.rows.summary(LIMIT - len(NO_STEP)), self.trained_past_row == 0
 
     def _write_rows(self) -> None:
-        summary, none_trained = self.row_summary()
+        """The row line into the run folder when it changed (once per change, not per episode)."""
+        summary, none_trained = found = self.row_summary()
+        if found == self.written:
+            return
+        self.written = found
         path = Path(self.failure_file).with_name(ROWS_FILE)
         partial = path.with_name(path.name + ".partial")
         partial.write_text(json.dumps({"summary": summary, "none_trained": none_trained}), encoding="utf-8")

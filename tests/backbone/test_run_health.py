@@ -115,6 +115,11 @@ def test_the_driver_reads_the_row_line_from_the_run_folder_at_the_end(tmp_path):
     health = counter(tmp_path, [], rate=1.0)
     health.record("train", "1", True, str(lacks("train-0")), "train-0", lacks("train-0"))
     assert (tmp_path / ROWS_FILE).exists() and not list(tmp_path.glob("*.partial"))
+    kept = (tmp_path / ROWS_FILE).read_text()
+    (tmp_path / ROWS_FILE).unlink()
+    health.record("train", "1", True, str(lacks("train-0")), "train-0", lacks("train-0"))
+    assert not (tmp_path / ROWS_FILE).exists()  # the same line: not written again per episode
+    (tmp_path / ROWS_FILE).write_text(kept)
     with pytest.raises(DataError, match=r"^no step trained: 1 task skipped: every episode failed on its row, 1 "
                                         r"lacking field 'env_url' \('train-0'\)"):
         finish(tmp_path)

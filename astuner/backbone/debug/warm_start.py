@@ -2,7 +2,7 @@
 demonstrations played through the user's workflow, then SFT on their generated tokens, `backbone/debug/sft.py`)
 run in the driver's process before the backbone starts, on the device the run trains on (the first GPU, or the
 CPU in the CPU mode), and released before verl or Trinity take the devices. The weights are saved in the run
-folder (`warm_start/model`, with the tokenizer; `warm_start/warm_start.json` records what happened) and handed to
+folder (`warm_start/model`, the original tokenizer files beside; `warm_start/warm_start.json` records what happened) and handed to
 the backbone as its model: its rollouts, actor and KL reference all start from them, in the same command. A resumed
 run whose warm start finished reuses it.
 
@@ -24,8 +24,6 @@ from astuner.errors import RunFailed
 
 FOLDER = "warm_start"
 RECORD = "warm_start.json"
-
-
 WEIGHTS = (".safetensors", ".bin", ".pt", ".index.json")
 
 
@@ -62,11 +60,10 @@ def warm_start(ctx: Any, model_path: Optional[str] = None) -> Optional[str]:
     from astuner.backbone.machine import cpu_mode
     from astuner.model.engines.factory import load_tokenizer
     from astuner.model.engines.hf import pad_id_of
+    from astuner.model.model_path import resolve_model_path
     from astuner.model.precision import compute_dtype
     from astuner.rollout.manager import RolloutManager, build_judge
     from astuner.task_reader import build_task_reader
-
-    from astuner.model.model_path import resolve_model_path
 
     a, tc = run.astuner, run.astuner.trainer_common
     model_path = model_path or resolve_model_path(a, run.extra_roots)
@@ -108,4 +105,4 @@ def warm_start(ctx: Any, model_path: Optional[str] = None) -> Optional[str]:
     logger.info(f"SFT warm start: {len(demos.samples)} demonstrations from {demos.kept_episodes}/{demos.episodes} "
                 f"expert episodes (expert reward {demos.expert_reward:.3f}), {len(losses)} steps, loss "
                 f"{losses[0]:.3f} -> {losses[-1]:.3f} in {t2 - t1:.0f} s; the backbone starts from {out / 'model'}")
-    return str(Path(out / "model"))
+    return str(out / "model")
