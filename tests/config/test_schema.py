@@ -153,8 +153,8 @@ def test_unread_keys_are_named_for_the_backbone(tmp_path):
     tree = copy.deepcopy(VALID)
     _set(tree, "astuner.rollout.engine", "hf")
     _set(tree, "astuner.rollout.num_repeat", 8)
-    _set(tree, "astuner.trainer_common.sft.lr", 0.01)
+    _set(tree, "astuner.rollout.seed", 7)
     cfg = _validate(tree)
     assert unread_by(cfg, "debug") == []
-    assert unread_by(cfg, "verl") == ["astuner.rollout.engine", "astuner.trainer_common.sft.lr"]
-    assert unread_by(cfg, "trinity") == ["astuner.rollout.engine", "astuner.trainer_common.sft.lr"]
+    assert unread_by(cfg, "verl") == ["astuner.rollout.engine", "astuner.rollout.seed"]
+    assert unread_by(cfg, "trinity") == ["astuner.rollout.engine", "astuner.rollout.seed"]
