@@ -377,9 +377,9 @@ def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
     if auxiliary_models:
         from astuner.backbone.capabilities import refusal
 
-        refused = refusal(backbone, "auxiliary_models", "tune(auxiliary_models=...)")
+        refused = refusal(backbone, "auxiliary_models", "tune(auxiliary_models=...)", choose="backbone=")
         if refused:
-            raise UserError(refused.replace("--backbone ", "backbone="))
+            raise UserError(refused)
     if judge_func is not None:
         _check_function(judge_func, "judge_func", ("task", "response"))
     if config_path is None and (train_dataset is None or model is None):

@@ -64,14 +64,14 @@ def offered_by(feature: str) -> list[str]:
     return [name for name in BACKBONES if feature not in declared(name)]
 
 
-def refusal(backbone: str, feature: str, key: Optional[str] = None) -> Optional[str]:
-    """The one line refusing `feature` on `backbone` (asked for by `key`, the feature's own by default); None when
-    the backbone offers it."""
+def refusal(backbone: str, feature: str, key: Optional[str] = None, choose: str = "--backbone ") -> Optional[str]:
+    """The one line refusing `feature` on `backbone` (asked for by `key`, the feature's own by default; another
+    backbone chosen with `choose`: the CLI's flag, tune()'s `backbone=`); None when the backbone offers it."""
     reason = declared(backbone).get(feature)
     if reason is None:
         return None
     others = [name for name in offered_by(feature) if name != backbone]
-    fix = f"use --backbone {' or '.join(others)}, or remove it" if others else "remove it"
+    fix = f"use {choose}{' or '.join(others)}, or remove it" if others else "remove it"
     return f"{key or BY_NAME[feature].key}: {reason} (backbone {backbone}); {fix}"
 
 

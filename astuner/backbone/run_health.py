@@ -137,6 +137,9 @@ def start(backbone: str, run: Any, root: Path, n_val: int, actors: list[str], na
         backbone, expected, ro.max_error_rate, actors, namespace, str(root / FAILURE_FILE), first_step)
 
 
+_ACTORS: dict[tuple, Any] = {}  # (Ray job, namespace) -> the run's health actor
+
+
 def report(mode: str, step: Optional[Any], episode: Any) -> None:
     """From an episode's process: its outcome (nothing outside Ray, or when the run has no health actor, e.g. a
     backbone started by hand)."""
@@ -144,11 +147,14 @@ def report(mode: str, step: Optional[Any], episode: Any) -> None:
 
     if not ray.is_initialized():  # the workflow driven directly
         return
-    try:
-        actor = ray.get_actor(ACTOR_NAME, namespace=ray.get_runtime_context().namespace)
-    except ValueError:
-        return
-    actor.record.remote(mode, None if step is None else str(step), bool(episode.failed), episode.error,
+    context = ray.get_runtime_context()
+    where = (context.get_job_id(), context.namespace)
+    if where not in _ACTORS:  # one lookup per worker process and run, not one per episode
+        try:
+            _ACTORS[where] = ray.get_actor(ACTOR_NAME, namespace=context.namespace)
+        except ValueError:
+            return
+    _ACTORS[where].record.remote(mode, None if step is None else str(step), bool(episode.failed), episode.error,
                         str(episode.task.task_id), episode.row_problem)
 
 

@@ -13,7 +13,6 @@ import math
 from pathlib import Path
 from typing import Any, Optional
 
-
 from astuner.backbone.machine import gpus_per_node
 from astuner.backbone.trinity.resources import trinity_mode
 from astuner.backbone.machine import cpu_mode

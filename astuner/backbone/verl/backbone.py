@@ -39,8 +39,8 @@ def prepare(ctx: Any, gpu_bytes: Optional[int] = None) -> Path:
     from astuner.backbone.debug.warm_start import warm_start
 
     model_path = resolve_model_path(a, ctx.config.extra_roots)
-    model_path = warm_start(ctx, model_path) or model_path  # trainer_common.sft, if set
-    check_memory(ctx.config, model_path, gpu_bytes, user_verl_keys(ctx.config.merged))
+    check_memory(ctx.config, model_path, gpu_bytes, user_verl_keys(ctx.config.merged))  # before the warm start
+    model_path = warm_start(ctx, model_path) or model_path  # trainer_common.sft, if set: the same shapes
     n_train = write_rows((verl_task_row(t, i) for i, t in enumerate(train_tasks)), root / "verl_data" / "train.jsonl")
     n_val = write_rows((verl_task_row(t, i, "val") for i, t in enumerate(reader.val_tasks())),
                        root / "verl_data" / "test.jsonl")

@@ -39,6 +39,9 @@ class HFEngine:
         import torch
 
         self.model = model
+        # the forward's KV-cache argument (and output field): `cache` from transformers 5.11 on, where
+        # `past_key_values` is its deprecated alias; `past_key_values` before (verl's environment)
+        self.cache_key = cache_keyword(model)
         self.dtype = dtype  # the forward passes' compute dtype (astuner.model.precision), as the trainer's
         self.stop_token_ids = set(int(t) for t in stop_token_ids)
         self.pad_token_id = int(pad_token_id)
@@ -56,12 +59,6 @@ class HFEngine:
         self.stats = {"batches": 0, "sequences": 0, "generated_tokens": 0, "shared_prefix_tokens": 0,
                       "compactions": 0}
         note_spinning_threads(model)
-
-    @property
-    def cache_key(self) -> str:
-        """The forward's KV-cache argument (and output field): `cache` from transformers 5.11 on, where
-        `past_key_values` is its deprecated alias; `past_key_values` before (verl's environment)."""
-        return cache_keyword(self.model)
 
     @classmethod
     def from_pretrained(cls, path: str, tokenizer: Any, max_num_seqs: int = 64, batch_wait_ms: float = 0.0,
