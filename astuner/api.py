@@ -374,12 +374,14 @@ def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
 
     prefer_passive_waits()  # idle OpenMP threads sleep, unless torch is imported already (the engine says so then)
     _check_function(workflow_func, "workflow_func", ("task", "model"))
-    if auxiliary_models:
-        from astuner.backbone.capabilities import refusal
-
-        refused = refusal(backbone, "auxiliary_models", "tune(auxiliary_models=...)", choose="backbone=")
-        if refused:
-            raise UserError(refused)
+    try:
+        served, in_process = split_auxiliary_models(auxiliary_models or {})
+    except TypeError as exc:
+        raise UserError(str(exc)) from None
+    if in_process and get_backbone(backbone).uses_ray:
+        raise UserError(f"tune(auxiliary_models=...): {', '.join(in_process)} are chat model objects of this process, "
+                        f"which the {backbone} backbone's Ray workers cannot reach; give a TunerModelConfig (the "
+                        f"backbone serves it) or an endpoint in astuner.auxiliary_models (base_url, model, api_key_env)")
     if judge_func is not None:
         _check_function(judge_func, "judge_func", ("task", "response"))
     if config_path is None and (train_dataset is None or model is None):
@@ -423,18 +425,14 @@ def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
             workflow_func=workflow_func, judge_func=judge_func, train_dataset=train_dataset, eval_dataset=eval_dataset,
             model=model, algorithm=algorithm, project_name=project, experiment_name=name, monitor_type=monitor_type,
             base=base), {"astuner": tune_rewrites(max_samples_per_episode, madness_checks, only_given=True)})
+    if served:  # recorded in the run's config.yaml, so that `astuner --conf <run>/config.yaml` reruns it
+        overrides = deep_merge(overrides, {"astuner": {"auxiliary_models": served}})
     run = _load_composed(deep_merge(base, overrides), config_path, translation, root_parent)
     judge = judge_func
     if judge is None and run.astuner.task_judge.judge_protocol:
         from astuner.plugins import resolve_plugins
 
         judge = resolve_plugins(run).judge
-
-    def aux() -> dict[str, Any]:
-        try:
-            return build_auxiliary_models(auxiliary_models or {})
-        except TypeError as exc:
-            raise UserError(str(exc)) from None
 
     def explain(exc: Exception) -> Exception:
         if translation is not None:
@@ -467,28 +465,27 @@ def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
     run_dir = execute(RunRequest(
         config=run, plugins=Plugins(workflow=workflow_func, judge=judge), backbone=backbone, exp_dir=root_parent,
         resume=resume, with_ray=get_backbone(backbone).uses_ray, layout="tune", merged=_without_empty_trinity(run.merged),
-        auxiliary_models=aux, explain=explain, on_prepared=log_translation, key_name=key_name,
+        auxiliary_models=in_process, explain=explain, on_prepared=log_translation, key_name=key_name,
         exp_dir_key=(("the run folder (from checkpoint_root_dir)", "set checkpoint_root_dir to a folder you can write in") if translation
                      else ("tune()'s run folder", "call tune() from a folder you can write in"))))
     return run_dir.root
 
 
-def build_auxiliary_models(models: dict[str, Any]) -> dict[str, Any]:
-    """An entry may already be an AgentScope chat model (e.g. `OpenAIChatModel` pointed at any OpenAI-compatible
-    endpoint), used as it is; a `TunerModelConfig` becomes a frozen in-process model (`model.auxiliary`)."""
-    out: dict[str, Any] = {}
+def split_auxiliary_models(models: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """tune()'s `auxiliary_models=`: a `TunerModelConfig` (ours or agentscope.tuner's, duck-typed) becomes an
+    `astuner.auxiliary_models` entry, which every backbone serves and the run's config.yaml records; an AgentScope
+    chat model (e.g. `OpenAIChatModel` on any OpenAI-compatible endpoint) is used as it is, in this process.
+    Returns (entries by name, chat models by name)."""
+    served: dict[str, Any] = {}
+    in_process: dict[str, Any] = {}
     for name, entry in (models or {}).items():
-        if type(entry).__name__ == "TunerModelConfig" and not isinstance(entry, TunerModelConfig):
-            # agentscope.tuner's (pydantic) TunerModelConfig: the same fields, duck-typed
-            entry = TunerModelConfig(**{f: getattr(entry, f) for f in TunerModelConfig.__dataclass_fields__
-                                        if hasattr(entry, f)})
-        if isinstance(entry, TunerModelConfig):
-            from astuner.model.auxiliary import frozen_model
-
-            out[name] = frozen_model(entry, name)
+        if type(entry).__name__ == "TunerModelConfig":
+            served[name] = {"path": str(entry.model_path), "temperature": entry.temperature, "top_p": entry.top_p,
+                            "max_tokens": entry.max_tokens, "max_model_len": entry.max_model_len,
+                            **({} if entry.enable_thinking is None else {"enable_thinking": entry.enable_thinking})}
         elif callable(entry):
-            out[name] = entry
+            in_process[name] = entry
         else:
             raise TypeError(f"auxiliary model {name!r} must be an AgentScope chat model or a TunerModelConfig, "
                             f"got {type(entry).__name__}")
-    return out
+    return served, in_process

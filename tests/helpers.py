@@ -83,6 +83,7 @@ class LoopbackJSONServer:
 
         outer = self
         self.requests: list[tuple[str, dict]] = []
+        self.headers: list[dict[str, str]] = []  # each request's headers, in the same order
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args):
@@ -91,6 +92,7 @@ class LoopbackJSONServer:
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 outer.requests.append((self.path, body))
+                outer.headers.append(dict(self.headers))
                 status, answer = handler(self.path, body)
                 data = json.dumps(answer).encode()
                 self.send_response(status)

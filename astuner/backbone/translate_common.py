@@ -41,3 +41,22 @@ def local_model(run: Any) -> Optional[str]:
 
     found = find_user_path(run.astuner.model.path, run.extra_roots)
     return str(found) if found is not None else None
+
+
+def auxiliary_folders(run: Any, create: bool = False) -> dict[str, str]:
+    """The auxiliary models a backbone serves (folders, not endpoints), by name, as absolute paths: created
+    (a tiny model) and resolved with `create`, else where they are or will be (the dry run writes nothing)."""
+    from astuner.config.paths import find_user_path
+    from astuner.model.auxiliary import served_locally
+    from astuner.model.model_path import resolve_local_model, tiny_model_folder
+
+    out = {}
+    for name in served_locally(run.astuner):
+        entry = run.astuner.auxiliary_models[name]
+        if create:
+            out[name] = str(Path(resolve_local_model(entry.path, entry.tiny, f"astuner.auxiliary_models.{name}",
+                                                     list(run.extra_roots))).absolute())
+            continue
+        found = tiny_model_folder(entry.path) if entry.tiny is not None else find_user_path(entry.path, run.extra_roots)
+        out[name] = str(Path(found).absolute()) if found is not None else entry.path
+    return out

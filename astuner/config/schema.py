@@ -333,9 +333,20 @@ class RolloutConfig:
 
 @dataclass
 class AuxiliaryModelConfig:
-    """A frozen model the workflow's other agents talk to (never trained), served in-process by an hf engine."""
+    """A frozen model the workflow's other agents (or the judge) talk to, never trained: a model folder that the
+    backbone serves (debug: an in-process hf engine; trinity: an engine of Trinity's explorer; verl: a vLLM engine
+    in the Ray cluster), or an OpenAI-compatible endpoint (base_url, model, api_key_env) on every backbone."""
 
-    path: Optional[str] = key(None, "A local model folder (or hub id); with tiny, where the tiny model is made.")
+    path_required: ClassVar[bool] = False  # an endpoint (base_url) has no folder
+
+    path: Optional[str] = key(None, "A local model folder (or hub id); with tiny, where the tiny model is made. "
+                                    "null with base_url.")
+    base_url: Optional[str] = key(None, "An OpenAI-compatible endpoint instead of a folder, e.g. "
+                                        "http://127.0.0.1:8000/v1 (with model; then path is null).")
+    model: Optional[str] = key(None, "With base_url: the model's name at that endpoint.")
+    api_key_env: Optional[str] = key(None, "With base_url: the environment variable holding the API key (read "
+                                           "where the episode runs; null = no key).")
+    timeout_s: float = key(120.0, "With base_url: seconds to wait for one answer.", gt=0)
     tiny: Optional[TinyModelConfig] = key(None, "As model.tiny: a tiny random model created at path when absent.")
     temperature: float = key(1.0, "Sampling temperature.", ge=0)
     top_p: float = key(1.0, "Nucleus sampling threshold.", gt=0, le=1)
@@ -346,8 +357,10 @@ class AuxiliaryModelConfig:
 
 @dataclass
 class LlmJudgeConfig:
-    """The auxiliary model MathAnswerAndLlmAsJudge asks (any OpenAI-compatible chat endpoint)."""
+    """The model MathAnswerAndLlmAsJudge asks: an auxiliary model by name, or any OpenAI-compatible endpoint."""
 
+    auxiliary_model: Optional[str] = key(None, "The name of an astuner.auxiliary_models entry to ask (served as the "
+                                               "backbone serves it); null = base_url and model below.")
     base_url: Optional[str] = key(None, "Base URL, e.g. http://127.0.0.1:8000/v1.")
     model: Optional[str] = key(None, "Model name at that endpoint.")
     api_key_env: Optional[str] = key(None, "Name of the environment variable that holds the API key (null = no "
@@ -555,9 +568,10 @@ class AstunerConfig:
     data_processor: DataProcessorConfig = section(DataProcessorConfig)
     auxiliary_models: dict[str, AuxiliaryModelConfig] = key(
         {}, "Frozen models by name, never trained, for the workflow's other agents (opponents, a judge model): "
-        "name -> a model folder, or {path, tiny, temperature, top_p, max_tokens, max_model_len, enable_thinking}. "
-        "A workflow function gets them as auxiliary_models; a Workflow class as workflow_task.auxiliary_models. "
-        "tune(auxiliary_models=...) adds to them.", backbones=DEBUG)
+        "name -> a model folder, or {path, tiny, temperature, top_p, max_tokens, max_model_len, enable_thinking}, "
+        "or an OpenAI-compatible endpoint {base_url, model, api_key_env}. "
+        "A workflow function gets them as auxiliary_models; a Workflow class as workflow_task.auxiliary_models "
+        "(AgentScope chat models by name). tune(auxiliary_models=...) adds to them.")
     policies: dict[str, PolicyConfig] = key(
         {}, "Several policies in one job (multi-agent): name -> {path, tiny, lora, trainable, optim: {lr, ...}, "
         "algorithm: {clip_ratio_low, clip_ratio_high, use_kl_loss, kl_loss_coef, entropy_coeff}}; "

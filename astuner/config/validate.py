@@ -261,6 +261,26 @@ def _check_rules(cfg: AstunerConfig, b: _Builder) -> None:
             b.error("astuner.rollout.trainable_targets", "astuner.rollout.trainable_targets and astuner.policies "
                     "both say which agents learn; with policies, map agents in astuner.rollout.agent_policy (an "
                     "agent matched by no entry is not trained) and remove trainable_targets")
+    if ok("astuner.auxiliary_models"):
+        for name, entry in cfg.auxiliary_models.items():
+            where = f"astuner.auxiliary_models.{name}"
+            if entry.base_url and entry.path:
+                b.error(where, f"{where} names both a folder (path) and an endpoint (base_url); keep one")
+            elif entry.base_url and not entry.model:
+                b.error(f"{where}.model", f"{where}.model is not set; name the model at {entry.base_url}")
+            elif not entry.base_url and not entry.path:
+                b.error(where, f"{where} names no model; set path (a model folder) or base_url and model (an "
+                        f"OpenAI-compatible endpoint)")
+    llm = cfg.task_judge.llm_judge
+    if llm.auxiliary_model is not None and ok("astuner.task_judge.llm_judge.auxiliary_model", "astuner.auxiliary_models"):
+        if llm.auxiliary_model not in cfg.auxiliary_models:
+            names = ", ".join(cfg.auxiliary_models) or "none is declared"
+            b.error("astuner.task_judge.llm_judge.auxiliary_model",
+                    f"astuner.task_judge.llm_judge.auxiliary_model {llm.auxiliary_model!r} is no astuner.auxiliary_models "
+                    f"entry ({names}); declare it there or name another")
+        elif llm.base_url:
+            b.error("astuner.task_judge.llm_judge.base_url", "astuner.task_judge.llm_judge names both an auxiliary "
+                    "model and an endpoint (base_url); keep one")
     tiny = cfg.model.tiny
     if tiny is not None and ok("astuner.model.tiny.hidden_size", "astuner.model.tiny.heads") and \
             tiny.hidden_size % tiny.heads:

@@ -183,6 +183,7 @@ class RolloutManager:
 
     async def _episode(self, task: Task, repeat_index: int, episode_uuid: str, sampling: SamplingParams,
                        limit: asyncio.Semaphore, stats: TrackerStats) -> EpisodeResult:
+        from astuner.model.auxiliary import episode_calls
         from astuner.model.model_tuner import ModelTuner
 
         ro = self.cfg.rollout
@@ -202,6 +203,7 @@ class RolloutManager:
             # asks for its own: model_tuner.as_openai_base_url(agent=...), unless "default" is mapped)
             if ro.openai_gateway.enable and (not self.policies.several or tuner.trains("default")):
                 workflow_task.openai_base_url, workflow_task.openai_api_key = tuner.as_openai_base_url()
+            auxiliary_calls = episode_calls()  # this episode's calls of the auxiliary models (workflow and judge)
             try:
                 output = await asyncio.wait_for(self._run_workflow(workflow_task, tuner), ro.episode_timeout_s)
                 converted = as_workflow_output(output)  # agentscope.tuner's WorkflowOutput is taken too
@@ -218,6 +220,8 @@ class RolloutManager:
                 numbers, result.text_metrics = split_metrics(output.metrics, "workflow/")
                 judged, judged_text = split_metrics(judge_metrics)
                 result.metrics, result.text_metrics = {**numbers, **judged}, {**result.text_metrics, **judged_text}
+                if self.auxiliary_models:
+                    result.metrics["auxiliary_calls"] = float(sum(auxiliary_calls.values()))
             except asyncio.TimeoutError:
                 result.failed, result.error = True, f"TimeoutError: the episode ran over {ro.episode_timeout_s}s"
             except Exception as exc:

@@ -1,7 +1,8 @@
 """`MathAnswerAndLlmAsJudge`: the math rule first; when it says no, ask an auxiliary model.
 
-The auxiliary model is any OpenAI-compatible chat endpoint configured under
-`astuner.task_judge.llm_judge` (base_url, model, api_key_env); nothing vendor-specific is built in.
+The model asked is `astuner.task_judge.llm_judge.auxiliary_model`, an `astuner.auxiliary_models` entry by name
+(a folder the backbone serves, or an endpoint), or else any OpenAI-compatible chat endpoint configured there
+(base_url, model, api_key_env); nothing vendor-specific is built in.
 """
 
 from __future__ import annotations
@@ -26,8 +27,12 @@ class MathAnswerAndLlmAsJudge(BaseJudge):
     def __init__(self, config: Any = None):
         super().__init__(config)
         llm = config.task_judge.llm_judge if config is not None else None
+        self.auxiliary = llm.auxiliary_model if llm is not None else None
+        if self.auxiliary:  # asked through the episode's auxiliary models (workflow_task.auxiliary_models)
+            return
         if llm is None or not llm.base_url or not llm.model:
-            raise ValueError("MathAnswerAndLlmAsJudge needs astuner.task_judge.llm_judge.base_url and .model")
+            raise ValueError("MathAnswerAndLlmAsJudge needs astuner.task_judge.llm_judge.auxiliary_model, or its "
+                             ".base_url and .model")
         from openai import AsyncOpenAI
 
         api_key = os.environ.get(llm.api_key_env, "") if llm.api_key_env else ""
@@ -46,11 +51,21 @@ class MathAnswerAndLlmAsJudge(BaseJudge):
             return JudgeOutput(reward=1.0, is_success=True, metrics={"judge/llm_called": 0.0})
         if not final:
             return JudgeOutput(reward=0.0, is_success=False, metrics={"judge/llm_called": 0.0})
-        reply = await self.client.chat.completions.create(
-            model=self.model, temperature=0.0, max_tokens=8,
-            messages=[{"role": "user", "content": PROMPT.format(question=workflow_task.task.main_query,
-                                                                 reference=reference,
-                                                                 answer=predicted or str(final)[-2000:])}])
-        verdict = (reply.choices[0].message.content or "").strip().upper()
+        messages = [{"role": "user", "content": PROMPT.format(question=workflow_task.task.main_query,
+                                                               reference=reference,
+                                                               answer=predicted or str(final)[-2000:])}]
+        if self.auxiliary:
+            verdict = await ask_auxiliary(workflow_task.auxiliary_models[self.auxiliary], messages)
+        else:
+            reply = await self.client.chat.completions.create(model=self.model, temperature=0.0, max_tokens=8,
+                                                              messages=messages)
+            verdict = reply.choices[0].message.content or ""
+        verdict = verdict.strip().upper()
         correct = re.match(r"^\W*YES\b", verdict) is not None
         return JudgeOutput(reward=1.0 if correct else 0.0, is_success=correct, metrics={"judge/llm_called": 1.0})
+
+
+async def ask_auxiliary(model: Any, messages: list[dict[str, Any]]) -> str:
+    """The text of an AgentScope chat model's reply to `messages` (its text blocks, joined)."""
+    reply = await model(messages)
+    return "".join(block.get("text", "") for block in reply.content if block.get("type") == "text")

@@ -106,15 +106,29 @@ def test_judge_function_checked_up_front(tmp_path, monkeypatch):
 
 def test_auxiliary_model_from_a_local_model_is_served_and_not_trained(tiny_model_dir):
     import asyncio
+    from types import SimpleNamespace
 
-    from astuner.api import build_auxiliary_models
+    from astuner.api import split_auxiliary_models
+    from astuner.model.auxiliary import episode_calls, frozen_model
 
-    models = build_auxiliary_models({"critic": TunerModelConfig(str(tiny_model_dir), 2048, max_tokens=4)})
-    critic = models["critic"]
-    reply = asyncio.run(critic([{"role": "user", "content": "Is 2+2=4?"}]))
+    served, in_process = split_auxiliary_models(
+        {"critic": TunerModelConfig(str(tiny_model_dir), 2048, max_tokens=4), "judge": frozen_model})
+    assert served == {"critic": {"path": str(tiny_model_dir), "temperature": 1.0, "top_p": 1.0, "max_tokens": 4,
+                                 "max_model_len": 2048}}
+    assert in_process == {"judge": frozen_model}  # a chat model (any callable) is used as it is
+    critic = frozen_model(SimpleNamespace(model_path=str(tiny_model_dir), temperature=1.0, top_p=1.0, max_tokens=4,
+                                          max_model_len=2048, enable_thinking=None), "critic")
+
+    async def episode():
+        tally = episode_calls()
+        reply = await critic([{"role": "user", "content": "Is 2+2=4?"}])
+        return reply, tally
+
+    reply, tally = asyncio.run(episode())
     assert reply.content and critic.recorder.calls == []  # answered, nothing recorded for training
+    assert tally == {"critic": 1}  # counted for the episode that asked
     with pytest.raises(TypeError, match="must be an AgentScope chat model or a TunerModelConfig"):
-        build_auxiliary_models({"bad": 42})
+        split_auxiliary_models({"bad": 42})
 
 
 async def uses_the_critic(task: dict, model, auxiliary_models=None) -> WorkflowOutput:
@@ -130,6 +144,11 @@ def test_workflows_receive_auxiliary_models(dataset, tiny_model_dir, tmp_path, m
                 algorithm=AlgorithmConfig(group_size=2, batch_size=2), experiment_name="aux")
     rows = [json.loads(line) for line in (root / "metrics.jsonl").read_text().splitlines()]
     assert rows[0]["reward/mean"] == 1.0 and rows[0]["rollout/error_rate"] == 0.0
+    assert rows[0]["auxiliary_calls"] == 1.0  # each episode asked the critic once
+    # recorded in the run's config, so that `astuner --conf <run>/config.yaml` reruns it as it ran
+    saved = yaml.safe_load((root / "config.yaml").read_text())["astuner"]
+    assert saved["auxiliary_models"]["critic"]["path"] == str(tiny_model_dir)
+    assert saved["auxiliary_models"]["critic"]["max_tokens"] == 4
 
 
 async def digit_function(task: dict, model, auxiliary_models=None) -> WorkflowOutput:

@@ -1,8 +1,9 @@
 """The tool-using CPU example's agent with episodes that yield 0, 1 or 2 training samples, for the backbones'
 end-to-end tests: tasks whose number is a multiple of 3 fail on their row (they read a field their rows lack: no
 sample, and the run names those tasks at its end), those one past a multiple of 3 first ask the model an unrelated
-question (a second context, so a second sample), the rest run as written. `RowlessWorkflow`: every task fails on
-its row."""
+question (a second context, so a second sample), the rest run as written; with an auxiliary model named
+`referee` (astuner.auxiliary_models), those two past a multiple of 3 first ask it whether the question is about
+numbers (a frozen second agent: its reply is never trained on). `RowlessWorkflow`: every task fails on its row."""
 
 from __future__ import annotations
 
@@ -24,6 +25,10 @@ class UnevenWorkflow(CalcWorkflow):
             return workflow_task.task.metadata["environment_url"]  # not in the row: MissingField
         if number % 3 == 1:
             await model_tuner([{"role": "user", "content": "Name a number."}])
+        referee = workflow_task.auxiliary_models.get("referee")
+        if number % 3 == 2 and referee is not None:
+            reply = await referee([{"role": "user", "content": f"Is this about numbers? {workflow_task.task.main_query}"}])
+            assert reply.content, "the referee gave no reply"
         return await super().execute(workflow_task, model_tuner)
 
 

@@ -12,7 +12,7 @@ import pytest
 from astuner import Task, WorkflowOutput, WorkflowTask
 from astuner.config import load_run_config
 from astuner.plugins import resolve_plugins
-from astuner.config.schema import AstunerConfig
+from astuner.config.schema import AstunerConfig, AuxiliaryModelConfig
 from astuner.rollout.manager import RolloutManager, build_judge
 from astuner.task_judge.math_answer_and_llm_as_judge import MathAnswerAndLlmAsJudge
 from astuner.task_reader import build_task_reader
@@ -51,7 +51,7 @@ def test_rule_first_then_the_auxiliary_model():
 
 
 def test_llm_judge_needs_its_endpoint():
-    with pytest.raises(ValueError, match="llm_judge.base_url"):
+    with pytest.raises(ValueError, match=r"llm_judge.auxiliary_model, or its .base_url and .model"):
         MathAnswerAndLlmAsJudge(AstunerConfig())
 
 
@@ -92,3 +92,46 @@ def test_guess_number_tutorial_with_env_judge(env_server, tokenizer, monkeypatch
     for episode in batch.episodes:
         (sample,) = episode.samples  # every turn continues the last: one merged sample
         assert sample.num_calls == len(episode.recorder.calls) >= 2
+
+
+def test_the_llm_judge_asks_an_auxiliary_model_by_name(monkeypatch):
+    """llm_judge.auxiliary_model: the judge asks the episode's auxiliary model of that name; here an endpoint entry
+    (base_url, model, api_key_env), which becomes AgentScope's OpenAIChatModel with the key from the environment."""
+    from astuner.model.auxiliary import config_auxiliary_models, episode_calls
+
+    monkeypatch.setenv("JUDGE_KEY", "sk-test-123")
+    with LoopbackJSONServer(chat) as server:
+        cfg = AstunerConfig()
+        cfg.auxiliary_models = {"referee": AuxiliaryModelConfig(base_url=f"{server.url}/v1", model="checker",
+                                                                api_key_env="JUDGE_KEY", max_tokens=8)}
+        cfg.task_judge.llm_judge.auxiliary_model = "referee"
+        judge = MathAnswerAndLlmAsJudge(cfg)
+        models = config_auxiliary_models(cfg, [])
+
+        async def judged(final):
+            tally = episode_calls()
+            task = WorkflowTask(task=Task("t", "How many eggs?", metadata={"answer": "#### 18"}),
+                                auxiliary_models=models)
+            out = await judge.compute_reward(task, WorkflowOutput(metadata={"final_answer": final}))
+            return out, dict(tally)
+
+        yes, calls = asyncio.run(judged("\\boxed{eighteen}"))
+        assert yes.reward == 1.0 and calls == {"referee": 1}
+        no, _ = asyncio.run(judged("\\boxed{seventeen}"))
+        assert no.reward == 0.0
+        (path, body), headers = server.requests[0], server.headers[0]
+        assert path == "/v1/chat/completions" and body["model"] == "checker" and body["max_tokens"] == 8
+        assert {k.lower(): v for k, v in headers.items()}["authorization"] == "Bearer sk-test-123"
+
+
+def test_an_endpoint_whose_key_variable_is_unset_is_refused_naming_it(monkeypatch):
+    from astuner.errors import ConfigError
+    from astuner.model.auxiliary import config_auxiliary_models
+
+    monkeypatch.delenv("ABSENT_KEY", raising=False)
+    cfg = AstunerConfig()
+    cfg.auxiliary_models = {"referee": AuxiliaryModelConfig(base_url="http://127.0.0.1:9/v1", model="m",
+                                                            api_key_env="ABSENT_KEY")}
+    with pytest.raises(ConfigError, match=r"astuner.auxiliary_models.referee.api_key_env: the environment variable "
+                                          r"ABSENT_KEY is not set"):
+        config_auxiliary_models(cfg, [])

@@ -32,7 +32,11 @@ def prepare(ctx: Any) -> Path:
     n_val = write_rows((task_row(t, keys) for t in reader.val_tasks()), root / "trinity_data" / "test.jsonl")
     from astuner.backbone.debug.warm_start import warm_start
 
-    config = translate_to_trinity(ctx.config, root, model_path=warm_start(ctx))  # trainer_common.sft, if set
+    from astuner.backbone.translate_common import auxiliary_folders
+
+    # trainer_common.sft, if set; the auxiliary models' folders made (a tiny model) and resolved
+    config = translate_to_trinity(ctx.config, root, model_path=warm_start(ctx),
+                                  auxiliary=auxiliary_folders(ctx.config, create=True))
     path = root / CONFIG_FILE
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     logger.info(f"trinity: {n_train} training / {n_val} validation tasks, config {path}")
@@ -49,13 +53,13 @@ def run(ctx: Any) -> None:
     check_available()
     from astuner.backbone.machine import cpu_mode
     from astuner.backbone.ray_cluster import ensure_ray
-    from astuner.backbone.trinity.translate import CPU_GPUS
+    from astuner.backbone.trinity.translate import cpu_gpus
 
     path = prepare(ctx)
     root = ctx.run_dir.root.absolute()
     n_val = len((root / "trinity_data" / "test.jsonl").read_text(encoding="utf-8").splitlines())
     # on the CPU the head counts GPUs that no device backs, for the engine's and the trainer's placement bundles
-    cluster = ensure_ray(ctx.with_ray, logical_gpus=CPU_GPUS if cpu_mode(ctx.config) else None)
+    cluster = ensure_ray(ctx.with_ray, logical_gpus=cpu_gpus(ctx.config) if cpu_mode(ctx.config) else None)
     try:
         from astuner.backbone import run_health
         from astuner.backbone.trinity.health import caught_error
@@ -63,9 +67,13 @@ def run(ctx: Any) -> None:
         config = checked_config(path, ctx.run_dir.tensorboard)
         from astuner.records.monitors import tracker_env
 
-        # the chosen tracker's offline mode and folders (inside the run folder) for Trinity's processes
+        from astuner.model.auxiliary import key_env
+
+        # the chosen tracker's offline mode and folders (inside the run folder) for Trinity's processes, and the
+        # endpoints' API keys (from this environment, never written into a file)
         connect(config, {**worker_env(ctx.config),
-                         **tracker_env(list(ctx.config.astuner.trainer_common.logger), root)})
+                         **tracker_env(list(ctx.config.astuner.trainer_common.logger), root),
+                         **key_env(ctx.config.astuner)})
         # held for the run: the actor lives as long
         counter = run_health.start("Trinity", ctx.config, root, n_val, [config.explorer.name, config.trainer.name],
                                    config.ray_namespace)
@@ -162,7 +170,12 @@ def engines_of(run: Any, cpu: bool) -> tuple[str, int]:
     what = f"trinity mode: {mode}, engine_num: {engines}"
     if cpu and tc.trinity_only__n_vllm_engine != engines:
         what += f" (trinity_only__n_vllm_engine: {tc.trinity_only__n_vllm_engine} applies on GPUs)"
-    return what, engines
+    from astuner.model.auxiliary import served_locally
+
+    served = served_locally(run.astuner)
+    if served:  # each on an engine of its own (a GPU, or a logical one in the CPU mode), counted in the memory
+        what += f"; auxiliary models on engines of their own: {', '.join(served)}"
+    return what, engines + len(served)
 
 
 def check_with_trinity(config: Any) -> None:
@@ -199,7 +212,6 @@ class TrinityBackbone:
     refuses = {  # what a config may ask for that Trinity-RFT cannot do (astuner.backbone.capabilities)
         "several_policies": "Trinity-RFT 0.6 trains one model per job (one trainer, one LoRA adapter; its auxiliary "
                             "models are never updated)",
-        "auxiliary_models": "auxiliary models are served on the debug backbone only in this version",
         "lora": "astuner's agents sample through Trinity-RFT 0.6's OpenAI-compatible server, which serves the base "
                 "model only (its LoRA adapter reaches Trinity's own workflow calls alone), so rollouts would ignore "
                 "the adapter being trained",

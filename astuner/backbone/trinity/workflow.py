@@ -3,7 +3,8 @@
 Trinity runs one instance per episode: we rebuild the run's config and plug-ins (cached per process),
 wrap Trinity's OpenAI-compatible client as our engine (token ids and log-probs come from its vLLM
 server), run the episode through the same rollout manager as the debug backbone (ModelTuner, judge,
-madness, context tracker), and hand back one Trinity `Experience` per sample.
+madness, context tracker; the auxiliary models over the engines Trinity serves them on), and hand back one
+Trinity `Experience` per sample.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from trinity.common.workflows.workflow import Workflow as TrinityWorkflow
 
 from astuner.backbone.run_health import report
 from astuner.backbone.runtime import cached_tokenizer, load_saved_run, task_from_row
+from astuner.model.auxiliary import config_auxiliary_models, served_locally
 from astuner.model.engines.openai_engine import OpenAIClientEngine
 from astuner.rollout.manager import EpisodeResult, RolloutManager
 
@@ -49,11 +51,22 @@ class AstunerTrinityWorkflow(TrinityWorkflow):
                                                              tuple(args.get("astuner_roots", [])))
         self.mode = args.get("mode", "train")
 
+    def auxiliary(self) -> dict[str, Any]:
+        """The run's auxiliary models as chat models by name: those with a folder over the engines Trinity's
+        explorer serves them on (`explorer.auxiliary_models`, in `served_locally`'s order), endpoints direct."""
+        served = {}
+        for name, wrapper in zip(served_locally(self.cfg), self.auxiliary_model_wrappers or []):
+            client = wrapper.get_openai_async_client()
+            path = getattr(client, "model_path", None) or self.cfg.auxiliary_models[name].path
+            served[name] = (OpenAIClientEngine(client, path), path)
+        return config_auxiliary_models(self.cfg, [], served)
+
     async def run_async(self) -> list[Any]:
         client = self.model.get_openai_async_client()
         engine = OpenAIClientEngine(client, getattr(client, "model_path", None) or self.cfg.model.path)
         tokenizer = cached_tokenizer(self.cfg.model.path)
-        manager = RolloutManager(self.cfg, self.workflow, self.judge, engine, tokenizer)
+        manager = RolloutManager(self.cfg, self.workflow, self.judge, engine, tokenizer,
+                                 auxiliary_models=self.auxiliary())
         batch = await manager.run([task_from_row(self.task.raw_task)], mode=self.mode, num_repeat=1,
                                   check_error_rate=False)
         episode = batch.episodes[0]

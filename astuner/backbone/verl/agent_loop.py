@@ -27,12 +27,15 @@ from typing import Any
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput
 
 from astuner.backbone.run_health import report
+from astuner.backbone.verl.auxiliary import served
 from astuner.backbone.runtime import load_saved_run, task_from_row
 from astuner.backbone.verl.translate import MODE_KEY
+from astuner.model.auxiliary import config_auxiliary_models
 from astuner.model.engines.base import GenerateResult, SamplingParams
 from astuner.rollout.manager import EpisodeResult, RolloutManager
 
-EXTRA_KEYS = ("is_success", "failed", "mad", "num_samples", "dropped_samples", "truncated", "tool_parse_failures")
+EXTRA_KEYS = ("is_success", "failed", "mad", "num_samples", "dropped_samples", "truncated", "tool_parse_failures",
+              "auxiliary_calls")
 
 
 class VerlServerEngine:
@@ -67,7 +70,8 @@ def episode_to_output(episode: EpisodeResult, prompt_length: int, response_lengt
     extra = {"is_success": float(episode.is_success), "failed": float(episode.failed),
              "mad": float(bool(episode.mad_reasons)), "num_samples": float(len(episode.samples)),
              "dropped_samples": float(max(0, len(episode.samples) - 1)), "truncated": 0.0,
-             "tool_parse_failures": float(episode.tool_parse_failures)}
+             "tool_parse_failures": float(episode.tool_parse_failures),
+             "auxiliary_calls": float(episode.metrics.get("auxiliary_calls", 0.0))}
     if not episode.samples:
         return AgentLoopOutput(prompt_ids=fallback_prompt[-prompt_length:], response_ids=[fallback_token],
                                response_mask=[0], response_logprobs=[0.0], reward_score=float(episode.reward),
@@ -95,6 +99,9 @@ class AstunerAgentLoop(AgentLoopBase):
         super().__init__(*args, **kwargs)
         self.cfg, self.workflow, self.judge = load_saved_run(astuner_config, tuple(astuner_roots))
         self.stop_token_ids = stop_token_ids_of(self.tokenizer)
+        # the auxiliary models: folders on the run's engine actors (auxiliary.py), endpoints direct
+        self.auxiliary_models = config_auxiliary_models(self.cfg, [], served(self.cfg)) \
+            if self.cfg.auxiliary_models else {}
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         extra = kwargs.get("extra_info") or {}
@@ -103,7 +110,8 @@ class AstunerAgentLoop(AgentLoopBase):
                                   top_p=float(sampling_params.get("top_p", 1.0)),
                                   max_tokens=self.cfg.rollout.max_response_length_in_one_turn)
         manager = RolloutManager(self.cfg, self.workflow, self.judge,
-                                 VerlServerEngine(self.server_manager, self.stop_token_ids), self.tokenizer)
+                                 VerlServerEngine(self.server_manager, self.stop_token_ids), self.tokenizer,
+                                 auxiliary_models=self.auxiliary_models)
         mode = extra.get(MODE_KEY, "train")
         batch = await manager.run([task], mode=mode, num_repeat=1, check_error_rate=False, sampling=sampling)
         report(mode, None, batch.episodes[0])  # the run's failure count and row problems (verl's steps: in order)

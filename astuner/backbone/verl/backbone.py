@@ -64,7 +64,11 @@ def run(ctx: Any) -> None:
     cpu = cpu_mode(ctx.config)
     path = prepare(ctx, None if cpu else gpu_memory())
     tc = ctx.config.astuner.trainer_common
-    cluster = ensure_ray(ctx.with_ray, logical_gpus=tc.nnodes * gpus_per_node(ctx.config) if cpu else None)
+    from astuner.model.auxiliary import served_locally
+
+    # on the CPU: the logical GPUs of verl's workers, and one per auxiliary model's engine (auxiliary.py)
+    cluster = ensure_ray(ctx.with_ray, logical_gpus=tc.nnodes * gpus_per_node(ctx.config)
+                         + len(served_locally(ctx.config.astuner)) if cpu else None)
     from astuner.backbone.engine_errors import EngineLog
 
     from astuner.backbone import run_health
@@ -94,7 +98,7 @@ class HealthyRunner:
     a step's failures pass `rollout.max_error_rate`."""
 
     def __init__(self, run: Any, root: Path):
-        self.run, self.root, self.runner_class, self.health = run, root, None, None
+        self.run, self.root, self.runner_class, self.health, self.auxiliary = run, root, None, None, []
         self.options_given: dict[str, Any] = {}
 
     def options(self, **options: Any) -> "HealthyRunner":  # run_ppo's profiler path
@@ -110,6 +114,9 @@ class HealthyRunner:
         n_val = len((self.root / "verl_data" / "test.jsonl").read_text(encoding="utf-8").splitlines())
         self.health = run_health.start("verl", self.run, self.root, n_val, [RUNNER_NAME], namespace,
                                        first_step=resumed_step(self.root / "checkpoints"))
+        from astuner.backbone.verl import auxiliary
+
+        self.auxiliary = auxiliary.start(self.run, namespace)  # before verl places its workers; held for the run
         return self.runner_class.options(name=RUNNER_NAME, namespace=namespace, **self.options_given).remote()
 
 
@@ -132,6 +139,12 @@ def _run_verl(path: Path, engine_log: Any, runner: HealthyRunner) -> None:
     from verl.utils.device import auto_set_device
 
     config = OmegaConf.load(path)
+    from astuner.model.auxiliary import key_env
+
+    # the endpoints' API keys reach verl's workers from this environment, never through the file
+    env_vars = config.ray_kwargs.ray_init.runtime_env.env_vars
+    for name, value in key_env(runner.run.astuner).items():
+        env_vars[name] = value
     auto_set_device(config)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
     if config.trainer.use_v1:
@@ -153,14 +166,25 @@ def engines_of(run: Any, cpu: bool, gpus_per_node: int) -> tuple[str, int]:
     """verl's vLLM engines: every GPU of the run in groups of the tensor-parallel size, which must divide them."""
     from astuner.backbone.verl.translate import verl_engines
 
+    from astuner.model.auxiliary import served_locally
+
     tc, ro = run.astuner.trainer_common, run.astuner.rollout
+    auxiliary = served_locally(run.astuner)
+    aside = "" if not auxiliary else f"; auxiliary models on vLLM engines of their own: {', '.join(auxiliary)}"
+    if auxiliary and not cpu:  # each holds a GPU; verl's workers take the same count on every node
+        gpus_per_node -= len(auxiliary)
+        if gpus_per_node < 1:
+            raise ConfigError(f"backbone verl: the {len(auxiliary)} auxiliary model(s) in astuner.auxiliary_models "
+                              f"take a GPU each and leave verl none of the {gpus_per_node + len(auxiliary)} per node; "
+                              f"use more GPUs, or serve them elsewhere (base_url and model)")
+        aside += f" (a GPU each; verl gets {gpus_per_node} per node)"
     gpus, tp = tc.nnodes * gpus_per_node, ro.tensor_model_parallel_size
     if tp > gpus or gpus % tp:
         raise ConfigError(f"backbone verl: astuner.rollout.tensor_model_parallel_size ({tp}) must divide the "
                           f"{gpus} GPU(s) (astuner.trainer_common.nnodes × n_gpus_per_node): each vLLM engine "
                           f"takes that many")
     engines = verl_engines(run)
-    return f"verl: {engines} vLLM engine(s) × tensor parallel {tp}", engines
+    return f"verl: {engines} vLLM engine(s) × tensor parallel {tp}{aside}", engines + len(auxiliary)
 
 
 def dry_run_config(run: Any, root: Path) -> dict[str, Any]:
@@ -183,7 +207,6 @@ class VerlBackbone:
     refuses = {  # what a config may ask for that verl cannot do (astuner.backbone.capabilities)
         "several_policies": "verl 0.9 trains one actor model per job (one actor worker group; its vLLM serves one "
                             "LoRA adapter, under one fixed id)",
-        "auxiliary_models": "auxiliary models are served on the debug backbone only in this version",
         "task_selector": "verl serves tasks with its own sampler, in order or shuffled",
         "experience_operators": "verl has no experience pipeline between its rollouts and its update",
     }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from astuner.backbone.machine import gpus_per_node
+from astuner.backbone.verl.translate import verl_gpus_per_node
 from astuner.errors import ConfigError
 
 
@@ -13,7 +13,7 @@ def check_batching(run: Any, n_train: Optional[int]) -> None:
     tasks, None where they are not counted yet)."""
     a = run.astuner
     tc, batch, n = a.trainer_common, a.data.train_batch_size, a.rollout.num_repeat
-    gpus = tc.nnodes * gpus_per_node(run)
+    gpus = tc.nnodes * verl_gpus_per_node(run)
     problems = []
     if n_train is not None and n_train < batch:
         problems.append(f"there are {n_train} training tasks, fewer than astuner.data.train_batch_size ({batch})")
@@ -81,7 +81,7 @@ def check_memory(run: Any, model_path: str, gpu_bytes: Optional[int], verl_keys:
     if gpu_bytes is None or params is None or (fsdp.get("param_offload") and fsdp.get("optimizer_offload")):
         return
     tc = run.astuner.trainer_common
-    gpus = tc.nnodes * gpus_per_node(run)
+    gpus = tc.nnodes * verl_gpus_per_node(run)
     need = BYTES_PER_TRAINED_PARAM * params / gpus
     if need > 0.9 * gpu_bytes:
         raise ConfigError(f"backbone verl: {params / 1e9:.1f}B parameters need about {need / 2**30:.0f} GiB per GPU to "

@@ -99,10 +99,19 @@ def lora_overrides(lora: Any, cpu: bool, model_path: Optional[str] = None) -> di
     return {"actor_rollout_ref": {"model": model}}
 
 
+def verl_gpus_per_node(run: RunConfig) -> int:
+    """verl's GPUs per node: the node's, less one per auxiliary model on GPUs (each holds a GPU of its own,
+    `auxiliary.py`; in the CPU mode they get logical GPUs beside verl's)."""
+    from astuner.model.auxiliary import served_locally
+
+    return gpus_per_node(run) - (0 if cpu_mode(run) else len(served_locally(run.astuner)))
+
+
 def verl_engines(run: RunConfig) -> int:
-    """verl's vLLM replicas: every GPU of the run (the CPU mode's logical ones) in groups of the tensor-parallel
+    """verl's vLLM replicas: every GPU verl has (the CPU mode's logical ones) in groups of the tensor-parallel
     size."""
-    return max(1, run.astuner.trainer_common.nnodes * gpus_per_node(run) // run.astuner.rollout.tensor_model_parallel_size)
+    return max(1, run.astuner.trainer_common.nnodes * verl_gpus_per_node(run)
+               // run.astuner.rollout.tensor_model_parallel_size)
 
 
 def agent_workers(episodes_per_step: int, most: int) -> int:
@@ -194,7 +203,7 @@ def translate_to_verl(run: RunConfig, root: Path, model_path: Optional[str] = No
             # verl writes each step's episodes (text, score, our reward_extra_info) as <step>.jsonl here
             "rollout_data_dir": str(root / "trajectories"),
             "nnodes": tc.nnodes,
-            "n_gpus_per_node": gpus_per_node(run),
+            "n_gpus_per_node": verl_gpus_per_node(run),
             "max_actor_ckpt_to_keep": tc.max_checkpoints_to_keep,
             # verl 0.9's default (v1) trainer needs the TransferQueue package, which its pip extra does not
             # install; the v0 trainer ships with verl and runs agent loops the same way

@@ -17,8 +17,7 @@ key (the inverse of `astuner/backbone/trinity/translate.py`):
   workflow_func and judge_func receive the whole task row, as agentscope.tuner's adapter hands it to them;
 - a value the translation computes with is type-checked first (`values.py`): a wrong one is refused
   naming its key and the type it must have;
-- `explorer.auxiliary_models` become `astuner.auxiliary_models` on the debug backbone (served in-process) and are
-  refused on the others;
+- `explorer.auxiliary_models` become `astuner.auxiliary_models`, which every backbone serves;
 - a key astuner cannot honour on any backbone (another stage, a Trinity workflow or reward type, a second
   taskset, Ray's address, keys Trinity derives itself) is refused on every backbone;
 - `project`, `group`, `name`, `checkpoint_root_dir` place the run folder

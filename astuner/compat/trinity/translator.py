@@ -412,14 +412,10 @@ class Translator(Tasksets):
                                   f"or use backbone=\"trinity\" (it hands it to Trinity-RFT)")
 
     def _auxiliary(self) -> None:
-        """explorer.auxiliary_models as astuner.auxiliary_models (debug: served in-process), by their `name`."""
+        """explorer.auxiliary_models as astuner.auxiliary_models (each backbone serves them), by their `name`."""
         models = self.leaves.get("explorer.auxiliary_models")
         self.used.add("explorer.auxiliary_models")
         if not models:
-            return
-        if self.backbone != "debug":
-            self.refuse("explorer.auxiliary_models", f"auxiliary models are served on the debug backbone only in this "
-                                                     f"version (backbone {self.backbone!r})")
             return
         if not isinstance(models, list):
             self.refuse("explorer.auxiliary_models", f"must be a list of models, got {short(models)}")

