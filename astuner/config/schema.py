@@ -177,12 +177,11 @@ class TinyModelConfig:
 class LoraConfig:
     """A LoRA adapter."""
 
-    rank: int = key(8, "Rank of the adapter's matrices.", gt=0, backbones=NOT_TRINITY)
-    alpha: float = key(16.0, "Scale: the update is multiplied by alpha / rank.", gt=0, backbones=NOT_TRINITY)
+    rank: int = key(8, "Rank of the adapter's matrices.", gt=0)
+    alpha: float = key(16.0, "Scale: the update is multiplied by alpha / rank.", gt=0)
     target_modules: Any = key(
         "all-linear", "all-linear (every linear layer but the output head) or a list of module names (q_proj, "
-        "v_proj, ...).", rule=_target_modules, must="'all-linear' or a list of module names such as [q_proj, v_proj]",
-        backbones=NOT_TRINITY)
+        "v_proj, ...).", rule=_target_modules, must="'all-linear' or a list of module names such as [q_proj, v_proj]")
     dropout: float = key(0.0, "Dropout on the adapter's input.", ge=0, lt=1, backbones=DEBUG)
 
 
@@ -199,8 +198,8 @@ class ModelConfig:
     lora: Optional[LoraConfig] = key(
         None, "Train a LoRA adapter instead of every weight: {rank, alpha, target_modules, dropout}; `lora: {}` takes "
         "the defaults. Debug backbone: peft (checkpoints hold the adapter; `astuner merge-lora` writes base + "
-        "adapter as one model); verl: its own LoRA keys (no dropout, an integer alpha); trinity: refused (its "
-        "OpenAI server serves the base only).", backbones=NOT_TRINITY)
+        "adapter as one model); verl: its own LoRA keys (no dropout, an integer alpha); trinity: its own "
+        "model.lora_configs (no dropout, an integer alpha), rollouts sampled with the trained adapter.")
 
 
 @dataclass

@@ -53,10 +53,10 @@ def test_a_refused_feature_is_one_line_at_dry_run_and_an_offered_one_passes(tmp_
 
 def test_every_refusal_is_said_together_on_one_dry_run(tmp_path, capsys):
     code, _, err = run_cli(["--conf", TINY, "--backbone", "trinity", "--dry-run", "--exp-dir", str(tmp_path),
-                            f"astuner.model.path={tmp_path / 'model'}", ASKS["lora"], ASKS["grpo_without_std"],
-                            ASKS["mini_batches"]], capsys)
+                            f"astuner.model.path={tmp_path / 'model'}", ASKS["several_policies"],
+                            ASKS["grpo_without_std"], ASKS["mini_batches"]], capsys)
     assert code == 2
-    for feature in ("lora", "grpo_without_std", "mini_batches"):
+    for feature in ("several_policies", "grpo_without_std", "mini_batches"):
         assert refusal("trinity", feature) in err
 
 
@@ -74,17 +74,24 @@ def test_a_real_run_is_refused_before_its_run_folder_exists(tmp_path, capsys, mo
     assert not ran and not runs.exists()
 
 
-def test_tune_refuses_auxiliary_models_where_the_backbone_does(tmp_path):
+def test_tune_refuses_an_in_process_chat_model_on_a_ray_backbone(tmp_path):
+    """A chat model object of the caller's process cannot reach verl's or Trinity's Ray workers: refused before
+    anything is written, naming the routes that do (a TunerModelConfig, or an endpoint in the YAML)."""
     from astuner.api import tune
     from astuner.errors import UserError
 
     async def workflow(task, model, auxiliary_models=None):
         return None
 
-    with pytest.raises(UserError, match=r"^tune\(auxiliary_models=\.\.\.\): auxiliary models are served on the debug "
-                                        r"backbone only in this version \(backbone verl\); use backbone=debug, or "
-                                        r"remove it$"):
-        tune(workflow_func=workflow, auxiliary_models={"judge": object()}, backbone="verl")
+    async def judge_model(messages, **kwargs):
+        return None
+
+    for backbone in ("verl", "trinity"):
+        with pytest.raises(UserError, match=rf"^tune\(auxiliary_models=\.\.\.\): judge are chat model objects of this "
+                                            rf"process, which the {backbone} backbone's Ray workers cannot reach; give a "
+                                            r"TunerModelConfig .* or an endpoint in astuner.auxiliary_models"):
+            tune(workflow_func=workflow, auxiliary_models={"judge": judge_model}, backbone=backbone)
+    assert not any(tmp_path.iterdir())
 
 
 def test_the_docs_table_is_the_declarations():

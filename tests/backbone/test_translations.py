@@ -142,7 +142,7 @@ def test_every_algorithm_key_reaches_verls_actor(tmp_path, capsys, monkeypatch):
                               "clip_grad": 0.5}
 
 
-def test_lora_reaches_verls_keys_and_is_refused_where_it_cannot_be_honoured(tmp_path, capsys, monkeypatch):
+def test_lora_reaches_verls_and_trinitys_keys_and_is_refused_where_it_cannot_be_honoured(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     lora = "astuner.model.lora={rank: 16, alpha: 32, target_modules: [q_proj, v_proj]}"
     gpu = dry_run("verl", capsys, lora, "astuner.trainer_common.device=cuda",
@@ -160,9 +160,14 @@ def test_lora_reaches_verls_keys_and_is_refused_where_it_cannot_be_honoured(tmp_
     code, _, err = run_cli(["--conf", SEED, "--backbone", "verl", "--dry-run", "astuner.model.lora={alpha: 2.5}"],
                            capsys)
     assert code == 2 and "astuner.model.lora.alpha 2.5 cannot be honoured by verl" in err
-    code, _, err = run_cli(["--conf", SEED, "--backbone", "trinity", "--dry-run", lora], capsys)
-    assert code == 2 and "astuner.model.lora: astuner's agents sample through Trinity-RFT 0.6's OpenAI-compatible " \
-        "server, which serves the base model only" in err  # the declaration's (tests/backbone/test_capabilities.py)
+    # Trinity: its own lora_configs (one adapter; a list of modules as the pattern peft matches full names with)
+    (entry,) = dry_run("trinity", capsys, lora)["model"]["lora_configs"]
+    assert entry == {"name": "astuner_lora", "lora_rank": 16, "lora_alpha": 32, "target_modules": r".*\.(q_proj|v_proj)"}
+    for bad, said in (("{alpha: 2.5}", "astuner.model.lora.alpha 2.5 cannot be honoured by Trinity-RFT"),
+                      ("{dropout: 0.1}", "astuner.model.lora.dropout 0.1 cannot be honoured by Trinity-RFT")):
+        code, _, err = run_cli(["--conf", SEED, "--backbone", "trinity", "--dry-run", f"astuner.model.lora={bad}"],
+                               capsys)
+        assert code == 2 and said in err, err
 
 
 def test_verl_on_the_cpu_refuses_an_adapted_head_of_a_tied_model(tmp_path, tiny_model_dir, capsys, monkeypatch):

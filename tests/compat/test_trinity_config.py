@@ -200,9 +200,8 @@ def test_semantic_trinity_keys_get_their_meaning_on_debug_or_a_reason():
     assert a["trainer_common"]["algorithm"]["adv_epsilon"] == 1e-4 and a["trainer_common"]["algorithm"]["step_norm"]
     assert "never reads it" in t.ignored["algorithm.advantage_fn_args.step_norm"]
     assert set(t.approximated) == {"buffer.train_batch_size", "buffer.trainer_input.experience_buffer.replay_buffer"}
-    with pytest.raises(UserError, match=r"explorer.auxiliary_models: auxiliary models are served on the debug backbone "
-                                        r"only in this version \(backbone 'verl'\)"):
-        translated(extra, backbone="verl")
+    # every backbone serves them (Trinity on its explorer's engines, verl on engines of its own)
+    assert translation(extra, backbone="trinity").tree["astuner"]["auxiliary_models"] == a["auxiliary_models"]
     reuse = deep_merge(extra, {"buffer": {"trainer_input": {"experience_buffer": {
         "replay_buffer": {"reuse_cooldown_time": 5}}}}})
     with pytest.raises(UserError, match=r"buffer.trainer_input.experience_buffer=.*no astuner meaning"):

@@ -212,9 +212,6 @@ class TrinityBackbone:
     refuses = {  # what a config may ask for that Trinity-RFT cannot do (astuner.backbone.capabilities)
         "several_policies": "Trinity-RFT 0.6 trains one model per job (one trainer, one LoRA adapter; its auxiliary "
                             "models are never updated)",
-        "lora": "astuner's agents sample through Trinity-RFT 0.6's OpenAI-compatible server, which serves the base "
-                "model only (its LoRA adapter reaches Trinity's own workflow calls alone), so rollouts would ignore "
-                "the adapter being trained",
         "grpo_without_std": "Trinity always divides GRPO advantages by the group's std",
         "mini_batches": "Trinity takes one optimizer step per trainer step (verl's ppo_mini_batch_size is the whole "
                         "batch there)",

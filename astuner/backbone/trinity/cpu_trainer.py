@@ -14,7 +14,10 @@ stay as they are. verl 0.8 already answers "cpu" for the device without CUDA; wh
   device-generic), and its CPU offload for the forward-only reference model without pinned memory, which
   needs an accelerator;
 - the padding helpers (`unpad_input`, `pad_input`, ...) from verl's own PyTorch implementation (written for
-  NPUs) instead of flash-attn's, which is CUDA-only and not installed.
+  NPUs) instead of flash-attn's, which is CUDA-only and not installed;
+- the LoRA adapter's save beside each checkpoint (`_save_lora`, which the explorer's engine loads at each weight
+  sync): through its path for a model without FSDP (each parameter gathered whole), since its FSDP path moves the
+  model to CUDA.
 """
 
 from __future__ import annotations
@@ -91,12 +94,45 @@ def torch_padding_helpers(module: Any) -> None:
     module._get_attention_functions = get_attention_functions
 
 
+def lora_save_on_cpu(engine_workers: Any) -> None:
+    """Trinity's worker subclasses verl's `ActorRolloutRefWorker` while its own module is still being imported, so
+    its `_save_lora` is wrapped as the subclass is made (verl's base class, patched once verl's module is in)."""
+    base = engine_workers.ActorRolloutRefWorker
+    if getattr(base, "astuner_cpu", False):
+        return
+
+    def wrap(save: Any) -> Any:
+        def save_lora(self: Any, local_path: str) -> Any:
+            import verl.utils.fsdp_utils as fsdp_utils
+
+            version = fsdp_utils.fsdp_version
+            # its path for a model without FSDP: every parameter gathered whole (DTensor.full_tensor), then peft's
+            # own adapter state dict; the FSDP path moves the model to CUDA and, on the CPU's single rank, finds no
+            # FSDP-wrapped layer to summon (measured: an empty adapter file)
+            fsdp_utils.fsdp_version = lambda module: 0
+            try:
+                return save(self, local_path)
+            finally:
+                fsdp_utils.fsdp_version = version
+
+        return save_lora
+
+    def init_subclass(cls: Any, **kwargs: Any) -> None:
+        super(base, cls).__init_subclass__(**kwargs)
+        if "_save_lora" in cls.__dict__:
+            cls._save_lora = wrap(cls.__dict__["_save_lora"])
+
+    base.__init_subclass__ = classmethod(init_subclass)
+    base.astuner_cpu = True
+
+
 def install() -> None:
     cpu_memory_calls()
     no_cuda_capability()
     after_import("verl.utils.distributed", gloo_process_groups)
     after_import(FSDP_ENGINE, fsdp_engine_on_cpu)
     after_import("verl.utils.attention_utils", torch_padding_helpers)
+    after_import("verl.workers.engine_workers", lora_save_on_cpu)
 
 
 install()

@@ -10,6 +10,7 @@ merged on top of the translation, so it wins.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any, Optional
 
@@ -192,6 +193,8 @@ def translate_to_trinity(run: RunConfig, root: Path, model_path: Optional[str] =
         # operators, so a group it dropped would leave the padded step short; drop_zero_variance_groups is an
         # operator instead (reward_std_filter with threshold 0, below)
         translated["algorithm"]["advantage_fn_args"] = {"std_threshold": None}
+    if a.model.lora is not None:
+        translated["model"]["lora_configs"] = [lora_config(a.model.lora)]
     if cpu:
         translated = deep_merge(translated, cpu_overrides())
     # ExperiencePipelineConfig.input_save_path: every experience the explorer produced, before any operator or
@@ -217,6 +220,26 @@ def translate_to_trinity(run: RunConfig, root: Path, model_path: Optional[str] =
     operators.append({"name": PADDING, "args": {"size": size}})
     translated["data_processor"]["experience_pipeline"]["operators"] = operators
     return translated
+
+
+LORA_NAME = "astuner_lora"
+
+
+def lora_config(lora: Any) -> dict[str, Any]:
+    """astuner.model.lora as Trinity's `model.lora_configs` entry: its trainer (verl's FSDP LoRA, peft) trains the
+    adapter and saves it with each checkpoint (`actor/lora_adapter`), its vLLM engine loads it at each weight sync,
+    and our workflow samples with it (`engine.TrinityEngine`). A list of module names becomes the pattern peft
+    matches against each module's full name (Trinity takes one string)."""
+    if lora.dropout:
+        raise ConfigError(f"astuner.model.lora.dropout {lora.dropout} cannot be honoured by Trinity-RFT 0.6 (its LoRA "
+                          f"config has no dropout); set it to 0 for --backbone trinity")
+    if not float(lora.alpha).is_integer():
+        raise ConfigError(f"astuner.model.lora.alpha {lora.alpha} cannot be honoured by Trinity-RFT 0.6 (its lora_alpha "
+                          f"is an integer); use a whole number for --backbone trinity")
+    targets = lora.target_modules
+    if isinstance(targets, list):
+        targets = r".*\.(" + "|".join(re.escape(t) for t in targets) + ")"
+    return {"name": LORA_NAME, "lora_rank": lora.rank, "lora_alpha": int(lora.alpha), "target_modules": targets}
 
 
 def trinity_monitor(loggers: list[str], root: Path) -> dict[str, Any]:

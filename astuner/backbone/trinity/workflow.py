@@ -16,6 +16,7 @@ from trinity.common.workflows.workflow import Workflow as TrinityWorkflow
 
 from astuner.backbone.run_health import report
 from astuner.backbone.runtime import cached_tokenizer, load_saved_run, task_from_row
+from astuner.backbone.trinity.engine import TrinityEngine
 from astuner.model.auxiliary import config_auxiliary_models, served_locally
 from astuner.model.engines.openai_engine import OpenAIClientEngine
 from astuner.rollout.manager import EpisodeResult, RolloutManager
@@ -62,8 +63,11 @@ class AstunerTrinityWorkflow(TrinityWorkflow):
         return config_auxiliary_models(self.cfg, [], served)
 
     async def run_async(self) -> list[Any]:
-        client = self.model.get_openai_async_client()
-        engine = OpenAIClientEngine(client, getattr(client, "model_path", None) or self.cfg.model.path)
+        if self.cfg.model.lora is not None:  # the adapter being trained rides on the engine's own calls only
+            engine = TrinityEngine(self.model)
+        else:
+            client = self.model.get_openai_async_client()
+            engine = OpenAIClientEngine(client, getattr(client, "model_path", None) or self.cfg.model.path)
         tokenizer = cached_tokenizer(self.cfg.model.path)
         manager = RolloutManager(self.cfg, self.workflow, self.judge, engine, tokenizer,
                                  auxiliary_models=self.auxiliary())

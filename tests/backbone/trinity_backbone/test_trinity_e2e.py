@@ -117,7 +117,8 @@ def test_trinity_trains_steps_whose_episodes_yield_0_1_or_2_samples(tmp_path):
     (a short step used to leave the trainer waiting out its read timeout: 60 s here, then exit 1). The model is
     warm-started in the same command (trainer_common.sft, before Trinity starts). A frozen auxiliary model
     (`referee`, the untrained base model, on an engine of Trinity's explorer: explorer.auxiliary_models) is a
-    second agent of some episodes and the judge's LLM (MathAnswerAndLlmAsJudge, llm_judge.auxiliary_model)."""
+    second agent of some episodes and the judge's LLM (MathAnswerAndLlmAsJudge, llm_judge.auxiliary_model). The
+    run trains a LoRA adapter on the warm-started model, and its rollouts sample with the adapter being trained."""
     sys.path.insert(0, str(CONF.parent))
     from warm_start import base_model
 
@@ -128,7 +129,10 @@ def test_trinity_trains_steps_whose_episodes_yield_0_1_or_2_samples(tmp_path):
                    "astuner.trainer_common.sft.steps=150",
                    f"astuner.rollout.agentscope_workflow='{REPO_ROOT / 'tests' / 'backbone' / 'uneven_agent.py'}"
                    f"->UnevenWorkflow'", "astuner.rollout.max_error_rate=1.0", "astuner.trainer_common.test_freq=-1",
-                   "astuner.trainer_common.total_training_steps=3", "astuner.trainer_common.save_freq=3",
+                   "astuner.trainer_common.total_training_steps=3", "astuner.trainer_common.save_freq=1",
+                   # a LoRA adapter on the warm-started model, moved far enough per step to tell which one sampled
+                   "astuner.model.lora={rank: 8, alpha: 16}", "astuner.trainer_common.optim.lr=1e-3",
+                   "astuner.trainer_common.algorithm.entropy_coeff=0.01",
                    "+trinity.buffer.trainer_input.experience_buffer.max_read_timeout=60",
                    # Trinity's wandb monitor, offline in the run folder (its scalars are read back below)
                    "astuner.trainer_common.logger=[console,wandb]")
@@ -182,6 +186,35 @@ def test_trinity_trains_steps_whose_episodes_yield_0_1_or_2_samples(tmp_path):
     assert padding == {step: 16 - n for step, n in kept.items()}
     assert set(trainer["actor/grad_norm"]) == {1, 2, 3}
     assert (root / "checkpoints" / "tool_cpu" / "uneven" / "global_step_3" / "actor").is_dir()
+    # LoRA: step 2's rollouts were sampled with the adapter step 1 trained (its checkpoint's actor/lora_adapter, which
+    # Trinity's engine loaded at the weight sync), not with the base model
+    base, adapted = sampled_with_adapter(root, [exp for exp in produced if exp.info["model_version"] == 1])
+    assert adapted < 1e-5 and base > 10 * adapted, (base, adapted)
+
+
+def sampled_with_adapter(root, exps) -> tuple[float, float]:
+    """The mean |log-prob gap| on the trained tokens of `exps` between what vLLM recorded and a transformers
+    forward pass of (the warm-started base model, that base with step 1's adapter), both at temperature 1."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(root / "warm_start" / "model", torch_dtype=torch.float32)
+
+    def gap(model) -> float:
+        gaps = []
+        for exp in exps:
+            ids = torch.as_tensor(exp.tokens).long()[None]
+            with torch.no_grad():
+                logits = model(input_ids=ids).logits[0, exp.prompt_length - 1:-1].float()
+            ours = torch.log_softmax(logits, -1).gather(-1, ids[0, exp.prompt_length:, None]).squeeze(-1)
+            mask = torch.as_tensor(exp.action_mask).bool()
+            gaps.append((ours - torch.as_tensor(exp.logprobs).float()).abs()[mask].mean().item())
+        return sum(gaps) / len(gaps)
+
+    without = gap(base)
+    adapter = root / "checkpoints" / "tool_cpu" / "uneven" / "global_step_1" / "actor" / "lora_adapter"
+    return without, gap(PeftModel.from_pretrained(base, adapter))
 
 
 def test_tune_on_trinity_with_difficulty_based_selection(warm_model, tmp_path):
