@@ -479,10 +479,13 @@ def split_auxiliary_models(models: dict[str, Any]) -> tuple[dict[str, Any], dict
     served: dict[str, Any] = {}
     in_process: dict[str, Any] = {}
     for name, entry in (models or {}).items():
-        if type(entry).__name__ == "TunerModelConfig":
-            served[name] = {"path": str(entry.model_path), "temperature": entry.temperature, "top_p": entry.top_p,
-                            "max_tokens": entry.max_tokens, "max_model_len": entry.max_model_len,
-                            **({} if entry.enable_thinking is None else {"enable_thinking": entry.enable_thinking})}
+        if type(entry).__name__ == "TunerModelConfig":  # agentscope.tuner's (pydantic) too: the same fields
+            defaults = TunerModelConfig(model_path="", max_model_len=0)
+            fields = {f: getattr(entry, f, getattr(defaults, f)) for f in
+                      ("temperature", "top_p", "max_tokens", "max_model_len", "enable_thinking")}
+            thinking = fields.pop("enable_thinking")
+            served[name] = {"path": str(entry.model_path), **fields,
+                            **({} if thinking is None else {"enable_thinking": thinking})}
         elif callable(entry):
             in_process[name] = entry
         else:

@@ -76,7 +76,10 @@ def check_model(cfg: Any, extra_roots: Sequence[Path], offline: bool = True) -> 
     policy's own path."""
     notes = [check_model_at(cfg.model.path, cfg.model.tiny, "astuner.model.path", extra_roots, offline)]
     for name, entry in cfg.auxiliary_models.items():
-        if entry.base_url:  # an endpoint: asked where the episodes run, not checked here
+        if entry.base_url:  # an endpoint: asked where the episodes run; its key must be in this environment
+            from astuner.model.auxiliary import api_key
+
+            api_key(entry.api_key_env, f"astuner.auxiliary_models.{name}.api_key_env")
             notes.append(f"auxiliary {name}: {entry.model} at {entry.base_url}")
             continue
         notes.append(f"auxiliary {name}: " + check_model_at(entry.path, entry.tiny, f"astuner.auxiliary_models.{name}",

@@ -7,7 +7,8 @@
 - an OpenAI-compatible endpoint (`base_url`, `model`, `api_key_env`) becomes AgentScope's own
   `OpenAIChatModel` (the openai SDK), on every backbone: the usual home of a hosted LLM judge.
 
-Each call is counted for the episode it belongs to (`episode_calls`): the rollout reports `auxiliary_calls`.
+Each call is counted for the episode it belongs to (`episode_calls`): the rollout reports `auxiliary_calls`
+(not where tune() was handed a chat model object, whose calls it cannot see).
 """
 
 from __future__ import annotations
@@ -40,8 +41,15 @@ def _count(name: str) -> None:
         tally[name] += 1
 
 
+def all_counted(models: dict[str, Any]) -> bool:
+    """Every model's calls are counted (ours: not a chat model object tune() was handed as it is)."""
+    return all(getattr(model, "astuner_counts_calls", False) for model in models.values())
+
+
 class FrozenChatModel(ModelTuner):
     """A ModelTuner whose calls are not kept: nothing it generates becomes a training sample."""
+
+    astuner_counts_calls = True
 
     async def __call__(self, *args: Any, **kwargs: Any) -> Any:
         _count(self.model_name)
@@ -72,6 +80,8 @@ def endpoint_model(name: str, entry: Any) -> Any:
     from agentscope.model import OpenAIChatModel
 
     class EndpointChatModel(OpenAIChatModel):
+        astuner_counts_calls = True
+
         async def __call__(self, *args: Any, **kwargs: Any) -> Any:
             _count(name)
             return await super().__call__(*args, **kwargs)

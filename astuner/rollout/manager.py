@@ -183,7 +183,7 @@ class RolloutManager:
 
     async def _episode(self, task: Task, repeat_index: int, episode_uuid: str, sampling: SamplingParams,
                        limit: asyncio.Semaphore, stats: TrackerStats) -> EpisodeResult:
-        from astuner.model.auxiliary import episode_calls
+        from astuner.model.auxiliary import all_counted, episode_calls
         from astuner.model.model_tuner import ModelTuner
 
         ro = self.cfg.rollout
@@ -220,7 +220,7 @@ class RolloutManager:
                 numbers, result.text_metrics = split_metrics(output.metrics, "workflow/")
                 judged, judged_text = split_metrics(judge_metrics)
                 result.metrics, result.text_metrics = {**numbers, **judged}, {**result.text_metrics, **judged_text}
-                if self.auxiliary_models:
+                if self.auxiliary_models and all_counted(self.auxiliary_models):
                     result.metrics["auxiliary_calls"] = float(sum(auxiliary_calls.values()))
             except asyncio.TimeoutError:
                 result.failed, result.error = True, f"TimeoutError: the episode ran over {ro.episode_timeout_s}s"
