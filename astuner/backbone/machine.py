@@ -51,11 +51,28 @@ def cluster_gpus_per_node() -> Optional[int]:
     from astuner.backbone.ray_cluster import ADDRESS_ENV, recorded_cluster
 
     address = os.environ.get(ADDRESS_ENV) or recorded_cluster()
-    return _cluster_count(address) if address else None
+    if not address:
+        return None
+    counts = _cluster_gpus(address)
+    if counts is None:
+        return None
+    counts = [c for c in counts if c > 0]
+    return min(counts) if counts else 0
+
+
+def cluster_nodes() -> Optional[int]:
+    """The alive nodes of the Ray cluster the user gave (RAY_ADDRESS, or the one `ray start` recorded); None
+    without such a cluster."""
+    from astuner.backbone.ray_cluster import ADDRESS_ENV, recorded_cluster
+
+    address = os.environ.get(ADDRESS_ENV) or recorded_cluster()
+    counts = _cluster_gpus(address) if address else None
+    return None if counts is None else len(counts)
 
 
 @functools.lru_cache(maxsize=8)
-def _cluster_count(address: str) -> Optional[int]:
+def _cluster_gpus(address: str) -> Optional[tuple[int, ...]]:
+    """Each alive node's GPUs, as Ray reports them; None where the cluster is not reachable."""
     from astuner.backbone.ray_cluster import cluster_reachable
 
     if not cluster_reachable():
@@ -79,9 +96,7 @@ def _cluster_count(address: str) -> Optional[int]:
             ray.shutdown()
             if handler is not None:
                 signal.signal(signal.SIGTERM, handler)
-    counts = [int(n.get("Resources", {}).get("GPU", 0)) for n in nodes if n.get("Alive")]
-    counts = [c for c in counts if c > 0]
-    return min(counts) if counts else 0
+    return tuple(int(n.get("Resources", {}).get("GPU", 0)) for n in nodes if n.get("Alive"))
 
 
 def counted_gpus(run: Any) -> tuple[int, str]:

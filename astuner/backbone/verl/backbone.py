@@ -184,6 +184,9 @@ def engines_of(run: Any, cpu: bool, gpus_per_node: int) -> tuple[str, int]:
                           f"{gpus} GPU(s) (astuner.trainer_common.nnodes × n_gpus_per_node): each vLLM engine "
                           f"takes that many")
     engines = verl_engines(run)
+    if tc.nnodes > 1:  # verl places one worker group over every GPU it is given, node by node
+        aside += (f"; on each of the {tc.nnodes} nodes: {gpus_per_node} FSDP worker(s) (actor, reference) and "
+                  f"{max(1, gpus_per_node // tp)} vLLM engine(s)")
     return f"verl: {engines} vLLM engine(s) × tensor parallel {tp}{aside}", engines + len(auxiliary)
 
 
