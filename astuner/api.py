@@ -425,9 +425,11 @@ def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
             workflow_func=workflow_func, judge_func=judge_func, train_dataset=train_dataset, eval_dataset=eval_dataset,
             model=model, algorithm=algorithm, project_name=project, experiment_name=name, monitor_type=monitor_type,
             base=base), {"astuner": tune_rewrites(max_samples_per_episode, madness_checks, only_given=True)})
-    if served:  # recorded in the run's config.yaml, so that `astuner --conf <run>/config.yaml` reruns it
-        overrides = deep_merge(overrides, {"astuner": {"auxiliary_models": served}})
-    run = _load_composed(deep_merge(base, overrides), config_path, translation, root_parent)
+    composed = deep_merge(base, overrides)
+    if served:  # each replaces the file's entry of its name whole; the run's config.yaml records it
+        section = composed.setdefault("astuner", {})
+        section["auxiliary_models"] = {**(section.get("auxiliary_models") or {}), **served}
+    run = _load_composed(composed, config_path, translation, root_parent)
     judge = judge_func
     if judge is None and run.astuner.task_judge.judge_protocol:
         from astuner.plugins import resolve_plugins
@@ -480,11 +482,14 @@ def split_auxiliary_models(models: dict[str, Any]) -> tuple[dict[str, Any], dict
     in_process: dict[str, Any] = {}
     for name, entry in (models or {}).items():
         if type(entry).__name__ == "TunerModelConfig":  # agentscope.tuner's (pydantic) too: the same fields
+            if not getattr(entry, "model_path", None):
+                raise TypeError(f"auxiliary model {name!r}: its TunerModelConfig names no model_path")
             defaults = TunerModelConfig(model_path="", max_model_len=0)
             fields = {f: getattr(entry, f, getattr(defaults, f)) for f in
                       ("temperature", "top_p", "max_tokens", "max_model_len", "enable_thinking")}
             thinking = fields.pop("enable_thinking")
-            served[name] = {"path": str(entry.model_path), **fields,
+            path = Path(str(entry.model_path)).expanduser()  # a folder here: recorded absolute; a hub id as given
+            served[name] = {"path": str(path.absolute()) if path.exists() else str(entry.model_path), **fields,
                             **({} if thinking is None else {"enable_thinking": thinking})}
         elif callable(entry):
             in_process[name] = entry

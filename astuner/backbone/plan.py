@@ -41,17 +41,21 @@ def machine_plan(run: Any, engines_of: Callable[[bool, int], tuple[str, int]]) -
 
 
 def check_nodes(nnodes: int) -> None:
-    """The CPU mode over several nodes runs on the Ray cluster the user gave, of that many nodes: a head that
-    --with-ray starts is one node, which would hold every node's logical GPUs."""
-    from astuner.backbone.machine import cluster_nodes
+    """The CPU mode over several nodes runs on the Ray cluster the user gave, of that many nodes, each with logical
+    GPUs for the backbone's placement: a head that --with-ray starts is one node, which would hold them all."""
+    from astuner.backbone.machine import cluster_gpus_per_node, cluster_nodes
     from astuner.errors import ConfigError
 
     found = cluster_nodes()
-    how = ("ray start --head on one machine, ray start --address=<head address> on each other, then RAY_ADDRESS="
-           "<head address>")
+    how = ("ray start --head --num-gpus=<logical GPUs> on one machine, ray start --address=<head address> "
+           "--num-gpus=<logical GPUs> on each other, then RAY_ADDRESS=<head address>")
     if found is None:
         raise ConfigError(f"astuner.trainer_common.nnodes is {nnodes}: the run needs a Ray cluster of {nnodes} nodes "
                           f"({how}); --with-ray starts a head of one node")
     if found < nnodes:
         raise ConfigError(f"astuner.trainer_common.nnodes is {nnodes} but the Ray cluster has {found} node(s); join "
-                          f"{nnodes - found} more (ray start --address=<head address>) or lower nnodes")
+                          f"{nnodes - found} more (ray start --address=<head address> --num-gpus=<logical GPUs>) or "
+                          f"lower nnodes")
+    if not cluster_gpus_per_node():
+        raise ConfigError(f"astuner.trainer_common.nnodes is {nnodes} but a node of the Ray cluster has no GPU; in the "
+                          f"CPU mode give each node logical GPUs ({how})")

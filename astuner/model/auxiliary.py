@@ -79,17 +79,26 @@ def endpoint_model(name: str, entry: Any) -> Any:
     """AgentScope's OpenAIChatModel on an OpenAI-compatible endpoint (non-streaming), its calls counted."""
     from agentscope.model import OpenAIChatModel
 
+    import asyncio
+
+    import openai
+
+    key = api_key(entry.api_key_env, f"astuner.auxiliary_models.{name}.api_key_env") or "EMPTY"
+    client_kwargs = {"base_url": entry.base_url, "timeout": entry.timeout_s, "max_retries": 1}
+
     class EndpointChatModel(OpenAIChatModel):
         astuner_counts_calls = True
+        _loop: Any = None
 
         async def __call__(self, *args: Any, **kwargs: Any) -> Any:
             _count(name)
+            loop = asyncio.get_running_loop()
+            if self._loop is not loop:  # an HTTP client per event loop (a workflow in its own thread runs its own)
+                self.client, self._loop = openai.AsyncClient(api_key=key, **client_kwargs), loop
             return await super().__call__(*args, **kwargs)
 
-    key = api_key(entry.api_key_env, f"astuner.auxiliary_models.{name}.api_key_env")
     generate = {"temperature": entry.temperature, "top_p": entry.top_p, "max_tokens": entry.max_tokens}
-    return EndpointChatModel(entry.model, api_key=key or "EMPTY", stream=False,
-                             client_kwargs={"base_url": entry.base_url, "timeout": entry.timeout_s, "max_retries": 1},
+    return EndpointChatModel(entry.model, api_key=key, stream=False, client_kwargs=client_kwargs,
                              generate_kwargs=generate)
 
 

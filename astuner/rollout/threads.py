@@ -4,12 +4,14 @@ Not asyncio's default executor: its few workers (CPU count + 4, at most 32) are 
 that uses `asyncio.to_thread`, so as many blocked workflows as it has workers leave nothing to run the calls
 they wait on, and every episode times out. Here each workflow gets a daemon thread (the rollout manager's
 `max_env_worker` semaphore bounds how many run at once); a thread whose episode timed out no longer holds a
-slot, and is neither waited for nor joined when the process exits.
+slot, and is neither waited for nor joined when the process exits. The thread runs in a copy of the episode's
+context, as `asyncio.to_thread` would (the episode's tally of auxiliary calls lives there).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from typing import Any, Callable
 
@@ -23,9 +25,11 @@ async def run_in_own_thread(fn: Callable[[], Any], name: str = "astuner-workflow
         if not future.done():
             future.set_result(value) if ok else future.set_exception(value)
 
+    context = contextvars.copy_context()  # the episode's context (its auxiliary-call tally), as asyncio.to_thread
+
     def target() -> None:
         try:
-            ok, value = True, fn()
+            ok, value = True, context.run(fn)
         except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine as is
             ok, value = False, exc
         try:

@@ -74,11 +74,13 @@ def test_a_real_run_is_refused_before_its_run_folder_exists(tmp_path, capsys, mo
     assert not ran and not runs.exists()
 
 
-def test_tune_refuses_an_in_process_chat_model_on_a_ray_backbone(tmp_path):
+def test_tune_refuses_an_in_process_chat_model_on_a_ray_backbone(tmp_path, monkeypatch):
     """A chat model object of the caller's process cannot reach verl's or Trinity's Ray workers: refused before
     anything is written, naming the routes that do (a TunerModelConfig, or an endpoint in the YAML)."""
     from astuner.api import tune
     from astuner.errors import UserError
+
+    monkeypatch.chdir(tmp_path)  # where tune() would make its run folder
 
     async def workflow(task, model, auxiliary_models=None):
         return None

@@ -116,6 +116,22 @@ def translated(backbone: str, run, root: Path) -> str:
     return json.dumps(out, sort_keys=True, default=str)
 
 
+def getattr_path(cfg, path: str):
+    """The key's value, or its declared default where its section is null (made by set_key's defaults)."""
+    from astuner.config.keys import nested_dataclass
+
+    node = cfg
+    for part in path.split(".")[1:]:
+        if node is None:
+            return None
+        child = getattr(node, part, None)
+        if child is None and part != path.rsplit(".", 1)[1]:
+            section = nested_dataclass(typing.get_type_hints(type(node)).get(part))
+            child = section() if section is not None else None
+        node = child
+    return node
+
+
 def set_key(cfg, path: str, value) -> bool:
     """Set the key; a section that is null unless set (model.lora, task_reader.data_selector) is set to its
     defaults first."""
@@ -140,14 +156,21 @@ def set_key(cfg, path: str, value) -> bool:
 def test_every_key_claimed_for_a_backbone_is_translated_or_read_by_its_run(backbone, tiny_model_dir, tmp_path):
     run = load_run_config(REPO_ROOT / "tutorial" / "example_tool_cpu" / "calc_agent.yaml",
                           overrides=[f"astuner.model.path={tiny_model_dir}"])
-    base = translated(backbone, run, tmp_path)
-    unbound, by_translation = [], 0
+    unbound, by_translation, bases = [], 0, {}
     for item in declared(AstunerConfig):
         if item.is_section or item.optional_section is not None or backbone not in item.spec.backbones:
             continue  # a section: its keys are checked
         value = changed_value(item)
         if value is not None:
-            other = copy.deepcopy(run)
+            # the base: the tutorial's config, with the key's section at its defaults where it is null unless set
+            # (model.lora): a key inside it is compared with the section on, not with it off
+            parent = item.path.rsplit(".", 1)[0]
+            if parent not in bases:
+                section_on = copy.deepcopy(run)
+                set_key(section_on.astuner, item.path, getattr_path(section_on.astuner, item.path))
+                bases[parent] = (section_on, translated(backbone, section_on, tmp_path))
+            section_on, base = bases[parent]
+            other = copy.deepcopy(section_on)
             if set_key(other.astuner, item.path, value) and translated(backbone, other, tmp_path) != base:
                 by_translation += 1
                 continue

@@ -162,7 +162,7 @@ def test_lora_reaches_verls_and_trinitys_keys_and_is_refused_where_it_cannot_be_
     assert code == 2 and "astuner.model.lora.alpha 2.5 cannot be honoured by verl" in err
     # Trinity: its own lora_configs (one adapter; a list of modules as the pattern peft matches full names with)
     (entry,) = dry_run("trinity", capsys, lora)["model"]["lora_configs"]
-    assert entry == {"name": "astuner_lora", "lora_rank": 16, "lora_alpha": 32, "target_modules": r".*\.(q_proj|v_proj)"}
+    assert entry == {"name": "astuner_lora", "lora_rank": 16, "lora_alpha": 32, "target_modules": r"(.*\.)?(q_proj|v_proj)"}
     for bad, said in (("{alpha: 2.5}", "astuner.model.lora.alpha 2.5 cannot be honoured by Trinity-RFT"),
                       ("{dropout: 0.1}", "astuner.model.lora.dropout 0.1 cannot be honoured by Trinity-RFT")):
         code, _, err = run_cli(["--conf", SEED, "--backbone", "trinity", "--dry-run", f"astuner.model.lora={bad}"],

@@ -248,6 +248,10 @@ class TrinityBackbone:
 
     def plan(self, config: Any) -> Optional[str]:
         from astuner.backbone.plan import machine_plan
+        from astuner.backbone.trinity.translate import lora_config
+
+        if config.astuner.model.lora is not None:  # what Trinity's LoRA cannot carry: before the warm start runs
+            lora_config(config.astuner.model.lora)
 
         return machine_plan(config, lambda cpu, count: engines_of(config, cpu))
 

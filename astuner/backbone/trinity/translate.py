@@ -239,7 +239,7 @@ def lora_config(lora: Any) -> dict[str, Any]:
                           f"is an integer); use a whole number for --backbone trinity")
     targets = lora.target_modules
     if isinstance(targets, list):
-        targets = r".*\.(" + "|".join(re.escape(t) for t in targets) + ")"
+        targets = r"(.*\.)?(" + "|".join(re.escape(t) for t in targets) + ")"
     return {"name": LORA_NAME, "lora_rank": lora.rank, "lora_alpha": int(lora.alpha), "target_modules": targets}
 
 

@@ -139,12 +139,7 @@ def _run_verl(path: Path, engine_log: Any, runner: HealthyRunner) -> None:
     from verl.utils.device import auto_set_device
 
     config = OmegaConf.load(path)
-    from astuner.model.auxiliary import key_env
-
-    # the endpoints' API keys reach verl's workers from this environment, never through the file
-    env_vars = config.ray_kwargs.ray_init.runtime_env.env_vars
-    for name, value in key_env(runner.run.astuner).items():
-        env_vars[name] = value
+    connect_with_keys(config, runner.run)
     auto_set_device(config)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
     if config.trainer.use_v1:
@@ -160,6 +155,28 @@ def _run_verl(path: Path, engine_log: Any, runner: HealthyRunner) -> None:
         if reason is None:
             raise
         raise RunFailed(reason) from None
+
+
+def connect_with_keys(config: Any, run: Any) -> None:
+    """With endpoints whose API keys come from this environment (`model.auxiliary.key_env`): connect to Ray as
+    `run_ppo` would (verl's default runtime environment merged with the config's), the keys added to the workers'
+    environment. verl's own connection prints its arguments and its task runner the config, so the keys go through
+    neither; without keys `run_ppo` connects itself."""
+    import ray
+    from omegaconf import OmegaConf
+
+    from astuner.model.auxiliary import key_env
+
+    keys = key_env(run.astuner)
+    if not keys or ray.is_initialized():
+        return
+    from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
+
+    init = OmegaConf.to_container(config.ray_kwargs.get("ray_init", {}), resolve=True)
+    runtime_env = OmegaConf.to_container(OmegaConf.merge(get_ppo_ray_runtime_env(config), init.get("runtime_env", {})),
+                                         resolve=True)
+    runtime_env.setdefault("env_vars", {}).update(keys)
+    ray.init(**{**init, "runtime_env": runtime_env})
 
 
 def engines_of(run: Any, cpu: bool, gpus_per_node: int) -> tuple[str, int]:
@@ -225,6 +242,12 @@ class VerlBackbone:
 
         line = machine_plan(config, lambda cpu, count: engines_of(config, cpu, count))
         check_sizes(config)
+        if config.astuner.model.lora is not None:  # what verl's LoRA cannot carry: before the warm start runs
+            from astuner.backbone.machine import cpu_mode
+            from astuner.backbone.translate_common import local_model
+            from astuner.backbone.verl.translate import lora_overrides
+
+            lora_overrides(config.astuner.model.lora, cpu_mode(config), local_model(config))
         return line
 
     def check_resume(self, config: Any, checkpoints: Any) -> None:

@@ -392,3 +392,28 @@ def test_every_verl_process_loads_the_tracker_hook(tmp_path):
         run = load_run_config(seed, [f"astuner.trainer_common.device={device}", "astuner.trainer_common.n_gpus_per_node=1"])
         env = translate_to_verl(run, tmp_path)["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]
         assert TRACKERS_MODULE in env["VERL_USE_EXTERNAL_MODULES"].split(",")
+
+
+def test_an_endpoints_key_reaches_verls_workers_but_not_its_printed_config(tiny_model_dir, tmp_path, monkeypatch):
+    """run_ppo prints its ray.init arguments and its task runner the config: the key goes to Ray's workers through
+    our own connection (verl's default runtime environment merged in), in neither."""
+    import ray
+    from omegaconf import OmegaConf
+
+    from astuner.backbone.verl.backbone import connect_with_keys, dry_run_config
+    from astuner.config import load_run_config
+
+    monkeypatch.setenv("ASTUNER_TEST_JUDGE_KEY", "sk-secret-1")
+    run = load_run_config(REPO_ROOT / "tutorial" / "example_tool_cpu" / "calc_agent.yaml", overrides=[
+        f"astuner.model.path={tiny_model_dir}", "astuner.trainer_common.device=cpu",
+        "+astuner.auxiliary_models.judge={base_url: 'http://127.0.0.1:9/v1', model: m, "
+        "api_key_env: ASTUNER_TEST_JUDGE_KEY}"])
+    config = OmegaConf.create(dry_run_config(run, tmp_path))
+    seen = {}
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kwargs: seen.update(kwargs))
+    connect_with_keys(config, run)
+    env = seen["runtime_env"]["env_vars"]
+    assert env["ASTUNER_TEST_JUDGE_KEY"] == "sk-secret-1"
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "1" and "VLLM_ALLOW_RUNTIME_LORA_UPDATING" in env  # the config's, verl's
+    assert "sk-secret-1" not in OmegaConf.to_yaml(config)
