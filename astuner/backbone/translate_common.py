@@ -60,3 +60,16 @@ def auxiliary_folders(run: Any, create: bool = False) -> dict[str, str]:
         found = tiny_model_folder(entry.path) if entry.tiny is not None else find_user_path(entry.path, run.extra_roots)
         out[name] = str(Path(found).absolute()) if found is not None else entry.path
     return out
+
+
+def check_lora(lora: Any, backbone: str, library: str) -> None:
+    """What verl's and Trinity's LoRA cannot carry (both build peft's config from an integer alpha, no dropout):
+    a ConfigError naming the key, before anything is written."""
+    from astuner.errors import ConfigError
+
+    if lora.dropout:
+        raise ConfigError(f"astuner.model.lora.dropout {lora.dropout} cannot be honoured by {library} (its LoRA has no "
+                          f"dropout setting); set it to 0 for --backbone {backbone}")
+    if not float(lora.alpha).is_integer():
+        raise ConfigError(f"astuner.model.lora.alpha {lora.alpha} cannot be honoured by {library} (its lora_alpha is an "
+                          f"integer); use a whole number for --backbone {backbone}")

