@@ -2,8 +2,9 @@
 verbatim (`tutorial/example_math_agent/math_agent.yaml`: two vLLM engines asked for, no memory key, n_gpus_per_node
 left at auto), with only the dataset (a GSM8K sample), the model (a tiny one), the device and the sizes
 overridden. vLLM's KV cache is sized from the run (VLLM_CPU_KVCACHE_SPACE), not taken as 85% of the machine,
-and it trains 2 steps through verl's or Trinity's own workers. A machine that cannot hold the run is refused
-before Ray starts. Runs in the verl or the Trinity environment (CI's `.ci/backbones`)."""
+and it trains 2 steps through verl's or Trinity's own workers across the two nodes of a Ray cluster (`nnodes: 2`,
+a head and a second node joined with `ray start --address`): `--dry-run` says what runs on which node, and the
+cluster's actor table shows it ran there. A machine that cannot hold the run is refused before Ray starts. Runs in the verl or the Trinity environment (CI's `.ci/backbones`)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from tests.conftest import needs, needs_reason
 
 needs("vllm")
 
+from tests.backbone.ray_nodes import actors_by_node, two_node_cluster  # noqa: E402
 from tests.conftest import GSM8K_DIR, REPO_ROOT, require_gsm8k, run_cli  # noqa: E402
 from tests.helpers import scalars  # noqa: E402
 
@@ -57,38 +59,62 @@ def overrides(data, model):
             "astuner.rollout.max_response_length_in_one_turn=24", "astuner.trainer_common.total_training_steps=2"]
 
 
-def seed_run(backbone, tmp, data, model, *extra):
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "VLLM_CPU_KVCACHE_SPACE")}
+def seed_run(backbone, tmp, data, model, *extra, env=None):
+    """The astuner command on the seed YAML; on a private head (--with-ray), or on the cluster `env` names."""
+    env = {k: v for k, v in (env or os.environ).items()
+           if k != "VLLM_CPU_KVCACHE_SPACE" and (env is not None or k != "RAY_ADDRESS")}
     return subprocess.run([sys.executable, "-m", "astuner", "--conf", str(SEED), "--backbone", backbone, "--with-ray",
                            "--exp-dir", str(tmp / "runs"), *overrides(data, model), *extra],
                           cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1200)
 
 
-def trained(backbone, seed_inputs):
-    """The seed YAML trained on `backbone`: its run folder and the run's logged machine line."""
+def trained_on_two_nodes(backbone, seed_inputs):
+    """The seed YAML with `nnodes: 2` on a two-node cluster: what --dry-run printed, the run folder, the run's
+    logged machine line, and the actors the cluster ran (with their node)."""
     tmp, data, model = seed_inputs
-    proc = seed_run(backbone, tmp, data, model)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    with two_node_cluster() as env:
+        dry = seed_run(backbone, tmp, data, model, "astuner.trainer_common.nnodes=2", "--dry-run", env=env)
+        assert dry.returncode == 0, (dry.stdout + dry.stderr)[-4000:]
+        proc = seed_run(backbone, tmp, data, model, "astuner.trainer_common.nnodes=2", env=env)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+        actors = actors_by_node(env)
     root = tmp / "runs" / "math_agent"
     log = (root / "astuner.log").read_text()
-    return root, next(line for line in log.splitlines() if "machine: CPU mode" in line)
+    planned = next(line for line in (dry.stdout + dry.stderr).splitlines() if "machine: CPU mode" in line)
+    return root, planned, next(line for line in log.splitlines() if "machine: CPU mode" in line), actors
+
+
+FSDP_WORKERS = "create_colocated_worker_cls.<locals>.WorkerDict"  # verl's and Trinity's trainer processes
+
+
+def nodes_of(actors, *classes):
+    """class -> the nodes its actors ran on."""
+    return {c: sorted(a["node"] for a in actors if a["class"] == c) for c in classes}
 
 
 @pytest.mark.skipif(not HAS_VERL, reason=needs_reason("verl"))
-def test_verl_trains_the_seed_yaml_on_the_cpu(seed_inputs):
-    root, line = trained("verl", seed_inputs)
-    assert "KV cache 1 GiB per engine × 1" in line  # not 85% of the machine
+def test_verl_trains_the_seed_yaml_across_two_nodes_on_the_cpu(seed_inputs):
+    root, planned, line, actors = trained_on_two_nodes("verl", seed_inputs)
+    assert "on each of the 2 nodes: 1 FSDP worker(s) (actor, reference) and 1 vLLM engine(s)" in planned, planned
+    assert "KV cache 1 GiB per engine × 2" in line  # not 85% of the machine
+    assert nodes_of(actors, FSDP_WORKERS, "vLLMHttpServer") == {FSDP_WORKERS: ["head", "second"],
+                                                             "vLLMHttpServer": ["head", "second"]}, json.dumps(actors)
     import yaml
 
     verl_config = yaml.safe_load((root / "verl_config.yaml").read_text())
+    assert verl_config["trainer"]["nnodes"] == 2
     assert verl_config["ray_kwargs"]["ray_init"]["runtime_env"]["env_vars"]["VLLM_CPU_KVCACHE_SPACE"] == "1"
     assert set(scalars(root / "tensorboard")["critic/score/mean"]) == {1, 2}
 
 
 @pytest.mark.skipif(not HAS_TRINITY, reason=needs_reason("trinity"))
-def test_trinity_trains_the_seed_yaml_on_the_cpu(seed_inputs):
-    root, line = trained("trinity", seed_inputs)
+def test_trinity_trains_the_seed_yaml_across_two_nodes_on_the_cpu(seed_inputs):
+    root, planned, line, actors = trained_on_two_nodes("trinity", seed_inputs)
+    assert "node 1: vLLM engine 1; node 2: trainer (1 GPU)" in planned, planned
     assert "KV cache 1 GiB per engine × 1" in line and "(trinity_only__n_vllm_engine: 2 applies on GPUs)" in line
+    placed = nodes_of(actors, "vLLMRolloutModel", FSDP_WORKERS)  # the rollout engine on one node, the trainer on the other
+    assert len(placed["vLLMRolloutModel"]) == len(placed[FSDP_WORKERS]) == 1, json.dumps(actors)
+    assert {*placed["vLLMRolloutModel"], *placed[FSDP_WORKERS]} == {"head", "second"}, json.dumps(actors)
     explorer, trainer = scalars(root / "tensorboard" / "explorer"), scalars(root / "tensorboard" / "trainer")
     assert explorer["rollout/finished_task_count"] == {1: 2, 2: 2}  # train_batch_size tasks per explorer step
     assert set(trainer["actor/grad_norm"]) == {1, 2}  # two trainer steps
