@@ -27,6 +27,7 @@ class Sample:
     advantage: float = 0.0
     agent: str = ""  # the agent whose calls the sample holds (CallRecord.target)
     policy: str = "default"  # the policy that generated them, and that trains on it
+    policy_version: int = 0  # the version of that policy's weights that generated them (its learner's steps so far)
     metadata: dict[str, Any] = field(default_factory=dict)
     # the trainer's log-probs of the response part before the step's update (its "old policy"), set by the
     # debug trainer for the trajectory viewer; None when the sample was not trained on

@@ -209,13 +209,9 @@ def test_resume_without_a_checkpoint_says_so_and_starts_over(project, capsys):
 
 def test_the_step_line_shows_the_madness_rate_when_an_episode_was_mad():
     """A 0/1 judge's mean reward below 0 is the madness reward at work: the line says so."""
-    from types import SimpleNamespace
+    from astuner.backbone.debug.step_records import step_line
 
-    from astuner.backbone.debug.loop import DebugTrainer
-
-    trainer = object.__new__(DebugTrainer)
-    trainer.total_steps, trainer.cfg = 60, SimpleNamespace(policies={})
     m = {"reward/mean": -0.008, "reward/success_rate": 0.0, "rollout/error_rate": 0.0, "perf/time_step_s": 1.0,
          "rollout/madness_rate": 0.016}
-    assert "madness 0.02" in trainer._line(1, m)
-    assert "madness" not in trainer._line(1, {**m, "rollout/madness_rate": 0.0})
+    assert "madness 0.02" in step_line(1, 60, m, {})
+    assert "madness" not in step_line(1, 60, {**m, "rollout/madness_rate": 0.0}, {})

@@ -76,12 +76,12 @@ def test_two_policies_learn_and_the_frozen_one_stays_bit_identical(game, trainer
     assert statistics.fmean(team[-30:]) > statistics.fmean(team[:30]) + 0.2
 
     trainer = trainers[-1]
-    noise = trainer.slots["noise"]
+    noise = trainer.learner.slots["noise"]
     assert noise.trainer is None and not any(p.requires_grad or p.grad is not None for p in noise.model.parameters())
     base = AutoModelForCausalLM.from_pretrained(trainer.model_path, dtype=torch.float32).state_dict()
     after = noise.model.state_dict()
     assert after.keys() == base.keys() and all(torch.equal(after[k], base[k]) for k in base)
-    moved = trainer.slots["hinter"].model.state_dict()
+    moved = trainer.learner.slots["hinter"].model.state_dict()
     assert any(not torch.equal(moved[k], base[k]) for k in base)  # a learner's weights did move
 
     checkpoint = root / "checkpoints" / "global_step_300"
@@ -264,7 +264,7 @@ def test_lora_policies_share_one_base_and_each_samples_with_its_own_adapter(game
 
     def remember(self):
         setup(self)
-        at_start.update({k: v.detach().clone() for k, v in self.slots["noise"].model.named_parameters()
+        at_start.update({k: v.detach().clone() for k, v in self.learner.slots["noise"].model.named_parameters()
                          if ".noise." in k})
 
     monkeypatch.setattr(DebugTrainer, "_setup", remember)
@@ -273,9 +273,9 @@ def test_lora_policies_share_one_base_and_each_samples_with_its_own_adapter(game
                                 "astuner.trainer_common.save_freq=-1"), capsys)
     assert code == 0, err[-3000:]
     trainer = trainers[-1]
-    models = {id(slot.model) for slot in trainer.slots.values()}
+    models = {id(slot.model) for slot in trainer.learner.slots.values()}
     assert len(models) == 1  # one base in memory: every policy is an adapter of one peft model
-    model = trainer.slots["hinter"].model
+    model = trainer.learner.slots["hinter"].model
     assert sorted(model.peft_config) == ["guesser", "hinter", "noise"]
     from transformers import AutoModelForCausalLM
 
@@ -302,6 +302,6 @@ def test_a_policy_without_a_path_takes_its_own_lora(game, trainers, capsys):
                             "astuner.trainer_common.test_freq=-1", "astuner.trainer_common.val_before_train=false"],
                            capsys)
     assert code == 0, err[-2000:]
-    slots = trainers[-1].slots
+    slots = trainers[-1].learner.slots
     assert hasattr(slots["hinter"].model, "peft_config") and slots["hinter"].model.peft_config["default"].r == 4
     assert not hasattr(slots["guesser"].model, "peft_config")  # the others stay full copies of astuner.model

@@ -145,10 +145,10 @@ def test_a_non_finite_loss_stops_before_the_weights_move(tiny_model_dir):
 # the CLI, held once global_step_0 is saved: the kill -9 lands there however slowly the test's own process runs
 HELD_AFTER_THE_WARM_START = """
 import sys, time
-from astuner.backbone.debug import loop
+from astuner.backbone.debug import learner
 from astuner.cli import main
 
-save = loop.save_checkpoint
+save = learner.save_checkpoint
 
 
 def save_then_hold(folder, step, *args, **kwargs):
@@ -158,7 +158,7 @@ def save_then_hold(folder, step, *args, **kwargs):
     return saved
 
 
-loop.save_checkpoint = save_then_hold
+learner.save_checkpoint = save_then_hold
 sys.exit(main(sys.argv[1:]))
 """
 

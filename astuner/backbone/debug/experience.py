@@ -1,0 +1,63 @@
+"""Experience sources for the debug backbone's learner: what a step trains on, as groups of samples, each stamped
+with the policy version that generated it (`Sample.policy_version`) beside its behaviour log-probs (the engine's,
+`Sample.logprobs`).
+
+`RolloutSource` is the synchronous source: per step, `data.train_batch_size` tasks from the task selector,
+`rollout.num_repeat` episodes of each through the workflow and the judge on the engines' current weights, their
+samples, then the experience pipeline's operators (`data_processor.experience_pipeline`). Validation rolls the
+validation tasks out the same way, without training on them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from loguru import logger
+
+from astuner.data.operators import apply_operators, selection_metrics
+from astuner.rollout.manager import RolloutBatch
+
+
+@dataclass
+class StepExperience:
+    tasks: list[Any]  # the step's tasks
+    batch: RolloutBatch  # their episodes (the records: trajectories, token records)
+    samples: list[Any]  # what the learner trains on: the episodes' samples after the operators
+    metrics: dict[str, float]  # the rollouts', the selection's and the operators'
+    rollout_s: float  # the rollouts' wall time
+
+
+class RolloutSource:
+    def __init__(self, cfg: Any, manager: Any, selector: Any, run_async: Callable[[Any], Any], experiment: str,
+                 version: Callable[[], int]):
+        """`run_async` runs a coroutine on the run's event loop; `version()` is the learner's current version,
+        the one the engines sample."""
+        self.cfg, self.manager, self.selector = cfg, manager, selector
+        self.run_async, self.experiment, self.version = run_async, experiment, version
+
+    def collect(self, step: int) -> StepExperience:
+        tasks = self.selector.next_batch(self.cfg.data.train_batch_size)
+        t0 = time.perf_counter()
+        batch = self.run_async(self.manager.run(tasks, "train", tag=f"{self.experiment}:train:{step}"))
+        rollout_s = time.perf_counter() - t0
+        version = self.version()
+        for sample in batch.samples:
+            sample.policy_version = version
+        selection = selection_metrics(batch.samples)
+        samples, operator_metrics = apply_operators(self.cfg.data_processor.experience_pipeline.operators,
+                                                    batch.samples, self.selector.feedback)
+        return StepExperience(tasks, batch, samples, {**batch.metrics, **selection, **operator_metrics}, rollout_s)
+
+    def validate(self, tasks: list[Any], step: int, label: Optional[str] = None) -> dict[str, float]:
+        batch = self.run_async(self.manager.run(tasks, "val", tag=f"{self.experiment}:val:{step}"))
+        groups = batch.groups()
+        out = {"val/reward_mean": batch.metrics["reward/mean"], "val/success_rate": batch.metrics["reward/success_rate"],
+               "val/error_rate": batch.metrics["rollout/error_rate"]}
+        k = self.cfg.rollout.val_kwargs.num_repeat
+        if k > 1:
+            out[f"val/pass@{k}"] = sum(any(e.is_success for e in g) for g in groups.values()) / max(len(groups), 1)
+        logger.info(f"validation {label or f'at step {step}'}: reward {out['val/reward_mean']:.3f}, "
+                    f"success {out['val/success_rate']:.3f} over {len(tasks)} tasks")
+        return out
