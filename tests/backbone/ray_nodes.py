@@ -36,7 +36,7 @@ sys.exit(scripts.main())
 ACTORS = """
 import json, ray
 ray.init(logging_level="ERROR")
-nodes = {n["NodeID"]: n["Resources"].get("node:__internal_head__") and "head" or "second" for n in ray.nodes()}
+nodes = {n["NodeID"]: "head" if "node:__internal_head__" in n["Resources"] else "second" for n in ray.nodes()}
 actors = [{"class": a["ActorClassName"], "name": a.get("Name") or "", "node": nodes.get(a["Address"]["NodeID"], "?")}
           for a in ray._private.state.actors().values()]
 print("ACTORS " + json.dumps(actors))

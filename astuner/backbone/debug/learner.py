@@ -270,6 +270,12 @@ class Learner:
                 self.run_async(slot.engine.update_weights(self.engine_weights(slot)))
         self.version += 1
 
+    def took_warm_start(self) -> None:
+        """After the SFT warm start trained the policy: its weights to the engine, and to the KL reference."""
+        self.run_async(self.engine.update_weights(self.engine_weights()))
+        if self.policy.reference is not None:
+            self.policy.reference.load_state_dict(self.model.state_dict())
+
     # -- checkpoints --------------------------------------------------------------------------------
     def restore(self, state: dict[str, Any]) -> None:
         """The optimizers of a resumed run (its weights were loaded with the slots), and its version."""

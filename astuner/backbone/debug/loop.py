@@ -209,14 +209,11 @@ class DebugTrainer:
                             f"least min_reward {s.min_reward} (mean reward {demos.expert_reward:.3f}); fix the expert "
                             f"or lower min_reward")
         t1 = time.perf_counter()
-        learner = self.learner
-        losses = sft.train(learner.model, demos.samples, s.steps, s.lr, s.batch_size, self.cfg.trainer_common.seed,
+        losses = sft.train(self.learner.model, demos.samples, s.steps, s.lr, s.batch_size, self.cfg.trainer_common.seed,
                            self.pad_id, self.cfg.trainer_common.max_token_len_per_micro_batch, self.dtype,
                            self.cfg.trainer_common.optim.grad_clip)
         t2 = time.perf_counter()
-        self._await(self.engine.update_weights(learner.engine_weights()))
-        if learner.policy.reference is not None:
-            learner.policy.reference.load_state_dict(learner.model.state_dict())
+        self.learner.took_warm_start()
         out.update({"sft/demonstrations": float(len(demos.samples)), "sft/expert_episodes": float(demos.episodes),
                     "sft/kept_episodes": float(demos.kept_episodes), "sft/expert_reward": demos.expert_reward,
                     "sft/loss_first": losses[0], "sft/loss_last": losses[-1], "sft/steps": float(len(losses)),
@@ -248,6 +245,7 @@ class DebugTrainer:
 
     def train_step(self, step: int) -> dict[str, float]:
         """One step: the source's experience, the learner's update on it, the weights to the engines."""
+        t0 = time.perf_counter()
         experience = self.source.collect(step)
         t1 = time.perf_counter()
         metrics, trained, dropped_groups = self.learner.learn(experience.samples, self.cfg.rollout.temperature)
@@ -257,7 +255,7 @@ class DebugTrainer:
         t3 = time.perf_counter()
         metrics = {**experience.metrics, **metrics,
                    **step_metrics(self.selector.epoch, len(experience.tasks), trained, dropped_groups,
-                                  experience.rollout_s, t2 - t1, t3 - t2)}
+                                  experience.rollout_s, t2 - t1, t3 - t2, t3 - t0)}
         write_step_trajectories(self.run_dir.trajectories, step, experience.batch,
                                 self.cfg.trainer_common.trajectories_per_step, self._pieces)
         return metrics

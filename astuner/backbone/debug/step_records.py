@@ -13,7 +13,7 @@ from astuner.backbone.debug.trajectories import episode_row
 
 
 def step_metrics(epoch: int, tasks: int, trained: list[Any], dropped_groups: int, rollout_s: float, update_s: float,
-                 sync_s: float) -> dict[str, float]:
+                 sync_s: float, step_s: float) -> dict[str, float]:
     """The step's train/ and perf/ values: what was trained on, and where the step's time went."""
     lengths = [sum(s.loss_mask) for s in trained] or [0]
     return {
@@ -26,7 +26,7 @@ def step_metrics(epoch: int, tasks: int, trained: list[Any], dropped_groups: int
         "perf/time_rollout_s": rollout_s,
         "perf/time_update_s": update_s,
         "perf/time_weight_sync_s": sync_s,
-        "perf/time_step_s": rollout_s + update_s + sync_s,
+        "perf/time_step_s": step_s,
         "perf/train_tokens_per_s": sum(lengths) / update_s if update_s > 0 else 0.0,
     }
 
