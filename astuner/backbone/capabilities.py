@@ -21,6 +21,12 @@ from astuner.errors import ConfigError
 ORDERED = ("sequential", "shuffle")  # the task orders every backbone's sampler gives
 
 
+def _schedule(a: Any) -> Any:
+    from astuner.algorithm.sync_schedule import SyncSchedule
+
+    return SyncSchedule.of(a.trainer_common.off_policy)
+
+
 @dataclass(frozen=True)
 class Feature:
     name: str
@@ -45,6 +51,11 @@ FEATURES = (
     Feature("grpo_without_std", "GRPO advantages not divided by the group's std",
             "astuner.trainer_common.algorithm.norm_adv_by_std_in_grpo",
             lambda a: not a.trainer_common.algorithm.norm_adv_by_std_in_grpo),
+    Feature("off_policy", "rollouts ahead of training (a staleness bound above 0)",
+            "astuner.trainer_common.off_policy.max_staleness", lambda a: not _schedule(a).synchronous),
+    Feature("stale_drop", "stale samples dropped instead of waited for",
+            "astuner.trainer_common.off_policy.on_stale",
+            lambda a: not _schedule(a).synchronous and a.trainer_common.off_policy.on_stale == "drop"),
     Feature("mini_batches", "several optimizer steps per step", "astuner.trainer_common.mini_batch_num",
             lambda a: a.trainer_common.mini_batch_num != 1),
 )

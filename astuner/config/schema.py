@@ -35,6 +35,8 @@ ESTIMATORS = ("grpo", "multi_step_grpo")
 KL_TYPES = ("low_var_kl", "kl")
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 OPERATORS = ("pass_rate_calculator", "reward_std_filter", "reward_filter")
+STALE_ACTIONS = ("wait", "drop")
+SHORT_GROUPS = ("drop", "train")
 
 
 def _folder_name(name: str) -> bool:
@@ -297,6 +299,16 @@ class RolloutConfig:
         None, "An episode whose workflow or judge raised or timed out: null = not trained on (its samples leave "
         "the batch: no group statistics, no loss; reward 0 in the metrics); a number = trained on with that "
         "reward.", backbones=NOT_VERL)
+    episode_retries: int = key(
+        1, "A failed episode (its workflow or judge raised, or it timed out; not a wrong answer) is run again with a "
+        "fresh environment and a new episode id up to this many times; 0 = never. Not with failure_reward set (failures "
+        "are then trained, as the penalty they are).", ge=0)
+    short_group: str = key(
+        "drop", "A task whose episodes still failed after the retries: drop = its whole group leaves the step (its "
+        "survivors' advantages would describe the episodes that did not fail), counted in rollout/short_groups; "
+        "train = train its episodes that finished. A number in failure_reward trains the failed ones too (no group "
+        "is short then). verl and Trinity group episodes themselves: there a failed episode is trained as a reward-0 "
+        "row without trained tokens (verl) or leaves its group (Trinity).", choices=SHORT_GROUPS, backbones=DEBUG)
     max_error_rate: float = key(0.5, "Stop the run when more than this fraction of one step's episodes fail.",
                                 ge=0, le=1)
     run_workflow_in_thread: bool = key(False, "Run each workflow in a thread of its own (for workflows that block "
@@ -437,6 +449,33 @@ class SftConfig:
 
 
 @dataclass
+class OffPolicyConfig:
+    """Rollouts ahead of training: the engines sample weights a few versions old while the learner trains
+    (docs/off_policy.md). Trinity-RFT's synchronizer keys, with its meaning: step t is rolled out on the weights
+    of step sync_interval * floor((t - 1 - sync_offset) / sync_interval), so a sample lags the learner by at most
+    sync_interval - 1 + sync_offset versions. All defaults: synchronous."""
+
+    max_staleness: Optional[int] = key(
+        None, "k: the most versions a trained sample may lag the weights it trains (0 = synchronous). null = what "
+        "sync_interval and sync_offset give (sync_interval - 1 + sync_offset); set alone, the rollouts run k steps "
+        "ahead (sync_offset k).", ge=0)
+    on_stale: str = key(
+        "wait", "wait: each step is rolled out on exactly the weights the schedule names, waiting for them when the "
+        "learner is behind (reproducible; resumes exactly); drop: the rollouts never wait, each step takes the newest "
+        "weights there are, and samples older than max_staleness are dropped when trained (counted; depends on "
+        "timing).", choices=STALE_ACTIONS, backbones=DEBUG)
+    sync_interval: int = key(1, "The engines take new weights every N steps (Trinity-RFT's synchronizer.sync_interval).",
+                             gt=0, backbones=NOT_VERL)
+    sync_offset: Optional[int] = key(
+        None, "The rollouts run this many steps ahead of training (Trinity-RFT's synchronizer.sync_offset); null = "
+        "max_staleness - (sync_interval - 1), or 0.", ge=0, backbones=NOT_VERL)
+    is_cap: float = key(
+        2.0, "Truncated importance sampling: each token's weight pi_old / pi_behaviour (the learner's weights "
+        "before the step over the engine's that sampled it, from the recorded log-probs) is capped at this; only when "
+        "samples can lag (max_staleness > 0).", gt=0, backbones=DEBUG)
+
+
+@dataclass
 class TrainerCommonConfig:
     """Training schedule shared by all backbones."""
 
@@ -483,6 +522,7 @@ class TrainerCommonConfig:
     optim: OptimConfig = section(OptimConfig)
     algorithm: AlgorithmConfig = section(AlgorithmConfig)
     sft: SftConfig = section(SftConfig)
+    off_policy: OffPolicyConfig = section(OffPolicyConfig)
 
 
 @dataclass

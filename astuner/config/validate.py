@@ -243,6 +243,13 @@ def _check_rules(cfg: AstunerConfig, b: _Builder) -> None:
     if ok("astuner.trainer_common.sft.steps") and sft.steps > 0 and not sft.expert:
         b.error("astuner.trainer_common.sft.expert", "astuner.trainer_common.sft.steps > 0 needs an expert "
                 "('file.py->fn', an async function (prompt) -> reply) to play the demonstrations")
+    off = cfg.trainer_common.off_policy
+    if ok(*(f"astuner.trainer_common.off_policy.{k}" for k in ("max_staleness", "sync_interval", "sync_offset"))):
+        from astuner.algorithm.sync_schedule import problem
+
+        contradiction = problem(off)
+        if contradiction:
+            b.error(*contradiction)
     sel = tr.selector
     where = f"astuner.task_reader.{'task' if tr.data_selector is None else 'data'}_selector.feature_keys"
     if sel.selector_type == "difficulty_based" and len(sel.feature_keys) != 2:

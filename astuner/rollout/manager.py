@@ -62,6 +62,8 @@ class EpisodeResult:
     metrics: dict[str, float] = field(default_factory=dict)
     text_metrics: dict[str, str] = field(default_factory=dict)  # the workflow's non-numeric metrics, as text
     duration_s: float = 0.0
+    attempts: int = 1  # runs of the episode: 1 + its retries (rollout.episode_retries)
+    group_dropped: bool = False  # its task's group was short of episodes and left the step (rollout.short_group)
 
     @property
     def tool_parse_failures(self) -> int:
@@ -157,17 +159,24 @@ class RolloutManager:
         limit = asyncio.Semaphore(ro.max_env_worker)
         stats = TrackerStats()
         started = time.perf_counter()
-        def episode_id(i: int, task: Task, r: int) -> str:
+        def episode_id(i: int, task: Task, r: int, attempt: int) -> str:
             if tag is None:
                 return uuid.uuid4().hex
-            return uuid.uuid5(uuid.NAMESPACE_URL, f"astuner:{tag}:{i}:{task.task_id}:{r}").hex
+            again = f":retry{attempt}" if attempt else ""
+            return uuid.uuid5(uuid.NAMESPACE_URL, f"astuner:{tag}:{i}:{task.task_id}:{r}{again}").hex
 
-        jobs = [self._episode(task, r, episode_id(i, task, r), sampling, limit, stats)
+        jobs = [self._attempts(task, r, lambda attempt, i=i, task=task, r=r: episode_id(i, task, r, attempt),
+                               sampling, limit, stats)
                 for i, task in enumerate(tasks) for r in range(repeats)]
         with objects_frozen():  # no full garbage-collector pass over the whole process stops the loop meanwhile
             episodes = list(await asyncio.gather(*jobs))
         descriptors.rollouts_ended()  # what the rollouts made is collected: a warning when descriptors run short
+        short, dropped = self._short_groups(episodes, repeats, mode == "train")
         metrics = self._metrics(episodes, stats, time.perf_counter() - started)
+        # failures without bias (rollout.episode_retries, rollout.short_group): the runs again, the tasks whose
+        # groups stayed short of episodes after them, and those that left the step whole
+        metrics.update({"rollout/retries": float(sum(e.attempts - 1 for e in episodes)),
+                        "rollout/short_groups": float(short), "rollout/dropped_short_groups": float(dropped)})
         self._log_interventions(episodes, stats, mode)
         self._log_row_problems(episodes)
         failed = [e for e in episodes if e.failed]
@@ -180,6 +189,43 @@ class RolloutManager:
             room = max(ONE_LINE - len(said) - len(tail), 60)  # the whole error is in the log: the line stays one
             raise RolloutFailed(said + (error if len(error) <= room else error[:room - 3] + "...") + tail)
         return RolloutBatch(episodes=episodes, metrics=metrics)
+
+    async def _attempts(self, task: Task, repeat_index: int, ids: Any, sampling: SamplingParams,
+                        limit: asyncio.Semaphore, stats: TrackerStats) -> EpisodeResult:
+        """The episode, run again (a new id, a fresh environment) while it fails, up to rollout.episode_retries
+        times; not when its row lacks what it reads (it would fail the same) or failure_reward trains failures."""
+        ro = self.cfg.rollout
+        retries = ro.episode_retries if ro.failure_reward is None else 0
+        for attempt in range(retries + 1):
+            result = await self._episode(task, repeat_index, ids(attempt), sampling, limit, stats)
+            result.attempts = attempt + 1
+            if not result.failed or result.row_problem is not None:
+                break
+            if attempt < retries:
+                logger.warning(f"episode {result.episode_uuid} (task {task.task_id}, repeat {repeat_index}) failed; "
+                               f"running it again in a fresh environment (retry {attempt + 1} of {retries}, "
+                               f"astuner.rollout.episode_retries)")
+        return result
+
+    def _short_groups(self, episodes: list[EpisodeResult], repeats: int, train: bool) -> tuple[int, int]:
+        """(groups short of episodes, groups dropped): a task's group is short when one of its episodes still
+        failed after the retries and failures are not trained (failure_reward null); in training with
+        rollout.short_group drop every episode of it leaves the step (its samples too)."""
+        ro = self.cfg.rollout
+        if ro.failure_reward is not None:
+            return 0, 0
+        short = dropped = 0
+        for start in range(0, len(episodes), repeats):
+            group = episodes[start:start + repeats]
+            if not any(e.failed for e in group):
+                continue
+            short += 1
+            if train and ro.short_group == "drop" and not all(e.failed for e in group):
+                dropped += 1
+                for e in group:
+                    e.group_dropped = True
+                    e.samples = []
+        return short, dropped
 
     async def _episode(self, task: Task, repeat_index: int, episode_uuid: str, sampling: SamplingParams,
                        limit: asyncio.Semaphore, stats: TrackerStats) -> EpisodeResult:

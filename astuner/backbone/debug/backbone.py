@@ -15,7 +15,25 @@ class DebugBackbone:
         """Its dependencies are astuner's own."""
 
     def plan(self, config: Any) -> Optional[str]:
-        return None  # the trainer sizes itself from the model and the device it loads on
+        """None: the trainer sizes itself from the model and the device it loads on. Off-policy, what its producer
+        (a copy of the one policy, on an hf engine) cannot take is refused here."""
+        from astuner.algorithm.sync_schedule import SyncSchedule
+
+        a = config.astuner
+        schedule = SyncSchedule.of(a.trainer_common.off_policy)
+        if schedule.synchronous:
+            return None
+        from astuner.errors import ConfigError
+
+        key = "astuner.trainer_common.off_policy"
+        if a.policies:
+            raise ConfigError(f"{key}: rollouts ahead of training take one policy on the debug backbone (its rollouts "
+                              f"sample a copy of that policy's weights); with astuner.policies keep max_staleness 0")
+        if a.rollout.engine not in ("auto", "hf"):
+            raise ConfigError(f"{key}: rollouts ahead of training run on an hf engine of their own over a copy of "
+                              f"the policy; astuner.rollout.engine {a.rollout.engine} cannot; use engine hf or "
+                              f"max_staleness 0")
+        return schedule.describe()
 
     def check_resume(self, config: Any, checkpoints: Any) -> None:
         from astuner.backbone.debug.resume import check_resume

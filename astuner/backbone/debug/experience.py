@@ -2,7 +2,7 @@
 with the policy version that generated it (`Sample.policy_version`) beside its behaviour log-probs (the engine's,
 `Sample.logprobs`).
 
-`RolloutSource` is the synchronous source: per step, `data.train_batch_size` tasks from the task selector,
+`RolloutSource` is the synchronous source (and the rollouts of the off-policy one, `pipeline.py`): per step, `data.train_batch_size` tasks from the task selector,
 `rollout.num_repeat` episodes of each through the workflow and the judge on the engines' current weights, their
 samples, then the experience pipeline's operators (`data_processor.experience_pipeline`). Validation rolls the
 validation tasks out the same way, without training on them.
@@ -27,6 +27,8 @@ class StepExperience:
     samples: list[Any]  # what the learner trains on: the episodes' samples after the operators
     metrics: dict[str, float]  # the rollouts', the selection's and the operators'
     rollout_s: float  # the rollouts' wall time
+    epoch: int = 0  # the task selector's epoch when the step's tasks were drawn
+    version: int = 0  # the weights that rolled them out (every sample's policy_version)
 
 
 class RolloutSource:
@@ -38,17 +40,22 @@ class RolloutSource:
         self.run_async, self.experiment, self.version = run_async, experiment, version
 
     def collect(self, step: int) -> StepExperience:
+        return self.run_async(self.roll_out(step, self.version()))
+
+    async def roll_out(self, step: int, version: int) -> StepExperience:
+        """Step `step`'s tasks from the selector, rolled out on the engines' weights (`version`), then the
+        operators (whose feedback reaches the selector before the next step's tasks are drawn)."""
         tasks = self.selector.next_batch(self.cfg.data.train_batch_size)
         t0 = time.perf_counter()
-        batch = self.run_async(self.manager.run(tasks, "train", tag=f"{self.experiment}:train:{step}"))
+        batch = await self.manager.run(tasks, "train", tag=f"{self.experiment}:train:{step}")
         rollout_s = time.perf_counter() - t0
-        version = self.version()
         for sample in batch.samples:
             sample.policy_version = version
         selection = selection_metrics(batch.samples)
         samples, operator_metrics = apply_operators(self.cfg.data_processor.experience_pipeline.operators,
                                                     batch.samples, self.selector.feedback)
-        return StepExperience(tasks, batch, samples, {**batch.metrics, **selection, **operator_metrics}, rollout_s)
+        return StepExperience(tasks, batch, samples, {**batch.metrics, **selection, **operator_metrics}, rollout_s,
+                              self.selector.epoch, version)
 
     def validate(self, tasks: list[Any], step: int, label: Optional[str] = None) -> dict[str, float]:
         batch = self.run_async(self.manager.run(tasks, "val", tag=f"{self.experiment}:val:{step}"))

@@ -12,7 +12,9 @@ The algorithm of a step (`learn`, then `push_weights`):
        the frozen initial policy, an entropy bonus (`policy.py`);
   then every learning policy's weights go to its engine: the engines sample version `version` + 1 from then on.
 A sample carries the version that generated it (`Sample.policy_version`); with the synchronous source every
-sample of a step is of the current version.
+sample of a step is of the current version. With the off-policy source (`pipeline.py`) it may be older: step 4
+then weights each token by pi_old / pi_behaviour, capped (`trainer_common.off_policy.is_cap`), and the weights
+reach the producer's engine as a snapshot (`pipeline.weight_snapshot`) at the version boundary it waits for.
 """
 
 from __future__ import annotations
@@ -236,8 +238,10 @@ class Learner:
         return merged_state_dict(slot.model)
 
     # -- a step -------------------------------------------------------------------------------------
-    def learn(self, samples: list[Any], temperature: float) -> tuple[dict[str, float], list[Any], int]:
-        """The step's update of every learning policy: its metrics, the samples trained on, the groups dropped."""
+    def learn(self, samples: list[Any], temperature: float,
+              is_cap: Optional[float] = None) -> tuple[dict[str, float], list[Any], int]:
+        """The step's update of every learning policy: its metrics, the samples trained on, the groups dropped.
+        `is_cap`: the samples may be off-policy (`PolicyTrainer.update`)."""
         several = bool(self.cfg.policies)
         metrics: dict[str, float] = {}
         trained: list[Any] = []
@@ -257,7 +261,7 @@ class Learner:
             dropped_groups += len(dropped)
             assign_advantages(own, al.adv_estimator, al.norm_adv_by_std_in_grpo, al.adv_epsilon, al.step_norm)
             if own:
-                metrics.update({prefix + k: v for k, v in slot.trainer.update(own, temperature).items()})
+                metrics.update({prefix + k: v for k, v in slot.trainer.update(own, temperature, is_cap).items()})
             if several:
                 metrics[f"{prefix}train/samples"] = float(len(own))
             trained += own

@@ -22,6 +22,7 @@ from astuner.records.metrics import MetricsWriter, plot_reward_curve
 from astuner.records.tokens import TokenPieces
 from astuner.rollout.manager import RolloutManager, build_judge
 from astuner.rollout.row_problems import RowProblems
+from astuner.algorithm.sync_schedule import SyncSchedule
 from astuner.backbone.debug.experience import RolloutSource
 from astuner.backbone.debug.learner import Learner
 from astuner.backbone.debug.resume import check_resume
@@ -37,10 +38,15 @@ class DebugTrainer:
         self.stop_requested = False
         self.row_problems = RowProblems()  # tasks whose rows lack what the workflow or judge read
         self.trained_steps = 0  # steps of this session whose update had samples
-        # one event loop for the whole run: in-process engines (vLLM) keep background tasks on it
+        # one event loop for the whole run: in-process engines (vLLM) keep background tasks on it; off-policy, it
+        # runs in a thread of its own (the rollouts'), beside the learner's
         self.loop = asyncio.new_event_loop()
+        self.loop_thread: Optional[Any] = None
+        self.pipeline: Optional[Any] = None  # the off-policy source (pipeline.py); None: synchronous
 
     def _await(self, coroutine: Any) -> Any:
+        if self.loop_thread is not None:
+            return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
         return self.loop.run_until_complete(coroutine)
 
     # -- setup -------------------------------------------------------------------------------------
@@ -96,6 +102,9 @@ class DebugTrainer:
                                     lambda: self.learner.version)
         steps_per_epoch = self.selector.steps_per_epoch(cfg.data.train_batch_size)
         self.total_steps = tc.total_training_steps or tc.total_epochs * steps_per_epoch
+        self.schedule = SyncSchedule.of(tc.off_policy)
+        if not self.schedule.synchronous:
+            self._setup_pipeline(auxiliary)
         from astuner.records.monitors import open_monitors
 
         self.writer = MetricsWriter(self.run_dir.root, self.run_dir.tensorboard, "tensorboard" in tc.logger,
@@ -109,6 +118,11 @@ class DebugTrainer:
             self.selector.load_state_dict(state["selector"])
             restore_rng(state["rng"], self.learner.engines())
             self.start_step = state["step"]
+            if self.pipeline is not None:
+                self.pipeline.trained = self.pipeline.next_step = self.start_step
+                self.pipeline.next_step += 1
+                if "pipeline" in state:
+                    self.pipeline.restore(state["pipeline"])
             self.writer.truncate_after(self.start_step)
             logger.info(f"resumed from {self.checkpoint} (step {self.start_step} of {self.total_steps})")
         elif self.run_dir.resumed:  # the earlier run died before its first checkpoint: it starts over
@@ -118,7 +132,21 @@ class DebugTrainer:
         logger.info(f"debug backbone: {self.learner.models_line()} on {device} ({self.dtype} compute, fp32 weights), "
                     f"engine {type(getattr(self.engine, 'engine', self.engine)).__name__}, {len(self.train_tasks)} training / {len(self.val_tasks)} "
                     f"validation tasks, {self.total_steps} steps of {cfg.data.train_batch_size} tasks x "
-                    f"{cfg.rollout.num_repeat} episodes")
+                    f"{cfg.rollout.num_repeat} episodes; {self.schedule.describe()}")
+
+    def _setup_pipeline(self, auxiliary: dict[str, Any]) -> None:
+        """Off-policy: the producer's engine over a copy of the policy, its rollouts, the event loop in its thread."""
+        from astuner.backbone.debug.pipeline import PipelinedSource, producer_engine, run_forever
+
+        cfg = self.cfg
+        engine = producer_engine(cfg, self.tokenizer, self.learner.model, self.model_path)
+        manager = RolloutManager(cfg, self.ctx.plugins.workflow, self.judge, engine, self.tokenizer,
+                                 auxiliary_models=auxiliary, engines={"default": engine},
+                                 row_problems=self.row_problems)
+        rollouts = RolloutSource(cfg, manager, self.selector, self._await, self.ctx.config.experiment_name,
+                                 lambda: self.learner.version)
+        self.pipeline = PipelinedSource(rollouts, engine, self.schedule, self.loop, 1, self.total_steps)
+        self.loop_thread = run_forever(self.loop)
 
     # -- the loop ----------------------------------------------------------------------------------
     def fit(self) -> None:
@@ -135,6 +163,11 @@ class DebugTrainer:
                 return
             if self.checkpoint is None:  # a new run (a resumed one starts after its checkpoint, global_step_0 too)
                 self._step_zero()
+            if self.pipeline is not None:  # the weights the run starts from: version start_step
+                from astuner.backbone.debug.pipeline import weight_snapshot
+
+                self.pipeline.publish(self.start_step, weight_snapshot(self.learner.model))
+                self.pipeline.start()
             bar = Progress(self.total_steps, "RL", initial=self.start_step, every_s=float("inf"))  # lines: _line
             try:
                 self._steps(bar)
@@ -246,15 +279,20 @@ class DebugTrainer:
     def train_step(self, step: int) -> dict[str, float]:
         """One step: the source's experience, the learner's update on it, the weights to the engines."""
         t0 = time.perf_counter()
-        experience = self.source.collect(step)
+        experience = (self.pipeline or self.source).collect(step)
         t1 = time.perf_counter()
-        metrics, trained, dropped_groups = self.learner.learn(experience.samples, self.cfg.rollout.temperature)
+        is_cap = None if self.pipeline is None else self.cfg.trainer_common.off_policy.is_cap
+        metrics, trained, dropped_groups = self.learner.learn(experience.samples, self.cfg.rollout.temperature, is_cap)
         self.trained_steps += bool(trained)
         t2 = time.perf_counter()
         self.learner.push_weights()
+        if self.pipeline is not None:
+            from astuner.backbone.debug.pipeline import weight_snapshot
+
+            self.pipeline.publish(self.learner.version, weight_snapshot(self.learner.model))
         t3 = time.perf_counter()
         metrics = {**experience.metrics, **metrics,
-                   **step_metrics(self.selector.epoch, len(experience.tasks), trained, dropped_groups,
+                   **step_metrics(experience.epoch, len(experience.tasks), trained, dropped_groups,
                                   experience.rollout_s, t2 - t1, t3 - t2, t3 - t0)}
         write_step_trajectories(self.run_dir.trajectories, step, experience.batch,
                                 self.cfg.trainer_common.trajectories_per_step, self._pieces)
@@ -263,10 +301,18 @@ class DebugTrainer:
     def save(self, step: int) -> None:
         state = {"selector": self.selector.state_dict(),
                  "rng": rng_state(self.learner.engines() if self.cfg.policies else self.engine)}
+        if self.pipeline is not None and self.pipeline.snapshots:  # started: what the steps after this one need
+            state["pipeline"] = self.pipeline.state(step)
         self.learner.save(step, state)
 
     def _finish(self) -> None:
         writer: Optional[MetricsWriter] = getattr(self, "writer", None)
+        if self.pipeline is not None:
+            self.pipeline.stop()
+        if self.loop_thread is not None:  # the rollouts' thread ends; the loop is closed below, on this one
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.loop_thread.join()
+            self.loop_thread = None
         try:
             if writer is not None:
                 writer.close()  # the trackers first: nothing that fails below can cost them their last step

@@ -69,8 +69,11 @@ class PolicyTrainer:
             out[i, batch.response_width - len(row):] = torch.tensor(row, dtype=out.dtype, device=self.device)
         return out
 
-    def update(self, samples: Sequence[Sample], temperature: float) -> dict[str, float]:
-        """One policy update on the samples of a step (advantages already set)."""
+    def update(self, samples: Sequence[Sample], temperature: float, is_cap: Optional[float] = None) -> dict[str, float]:
+        """One policy update on the samples of a step (advantages already set). `is_cap`: samples may come from
+        older weights than the learner's (off-policy): each token's loss is weighted by pi_old / pi_behaviour (the
+        learner's log-prob before the step over the engine's recorded one), capped at `is_cap` (truncated importance
+        sampling; decoupled PPO: the clip stays around the learner's own weights)."""
         import torch
 
         cfg, al = self.cfg, self.cfg.algorithm
@@ -122,6 +125,14 @@ class PolicyTrainer:
                             s.trainer_logprobs = rows[i][batch.response_width - len(s.loss_mask):]
                     pg, clipped = ppo_clip_loss(logp, old_logp, batch.advantages, al.clip_ratio_low,
                                                 al.clip_ratio_high, al.clip_ratio_c)
+                    if is_cap is not None:
+                        weight = torch.exp(torch.clamp(old_logp.detach() - batch.old_logprobs, min=-20.0, max=20.0))
+                        with torch.no_grad():
+                            add("off_policy/is_weight_mean", float((weight * mask).sum().item()) / max(float(
+                                mask.sum().item()), 1.0), float(mask.sum().item()))
+                            add("off_policy/is_capped_frac", float(((weight > is_cap) * mask).sum().item()) / max(
+                                float(mask.sum().item()), 1.0), float(mask.sum().item()))
+                        pg = pg * weight.clamp(max=is_cap)
                     loss = aggregate(pg, mask, al.loss_agg_mode, token_total, seq_total)
                     n_tok = float(mask.sum().item())
                     if al.use_kl_loss:

@@ -239,6 +239,8 @@ class TrinityBackbone:
         "grpo_without_std": "Trinity always divides GRPO advantages by the group's std",
         "mini_batches": "Trinity takes one optimizer step per trainer step (verl's ppo_mini_batch_size is the whole "
                         "batch there)",
+        "stale_drop": "Trinity-RFT's explorer waits for the trainer at each sync (its fixed sync style): samples are "
+                      "never older than the schedule, so none would be dropped",
     }
     uses_ray = True
     records_tokens = False

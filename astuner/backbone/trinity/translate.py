@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 from typing import Any, Optional
 
+from astuner.algorithm.sync_schedule import SyncSchedule
 from astuner.backbone.machine import gpus_per_node
 from astuner.backbone.trinity.resources import trinity_mode
 from astuner.backbone.machine import cpu_mode
@@ -96,6 +97,7 @@ def translate_to_trinity(run: RunConfig, root: Path, model_path: Optional[str] =
     cpu = cpu_mode(run)
     # colocate on one GPU, else explorer and trainer split the GPUs; on the CPU both, on logical GPUs
     mode, engines = trinity_mode(run, cpu)
+    schedule = SyncSchedule.of(tc.off_policy)
     translated: dict[str, Any] = {
         "mode": mode,
         "project": a.project_name,
@@ -177,7 +179,10 @@ def translate_to_trinity(run: RunConfig, root: Path, model_path: Optional[str] =
             "auxiliary_models": auxiliary_engines(run, auxiliary_folders(run) if auxiliary is None else auxiliary,
                                                   cpu),
         },
-        "synchronizer": {"sync_method": "nccl", "sync_interval": 1},
+        # trainer_common.off_policy means Trinity's own schedule (astuner.algorithm.sync_schedule): the explorer
+        # takes the trainer's weights every sync_interval steps, sync_offset steps ahead; fixed: it waits for them
+        "synchronizer": {"sync_method": "nccl", "sync_style": "fixed", "sync_interval": schedule.interval,
+                         "sync_offset": schedule.offset},
         "trainer": {
             "save_interval": tc.save_freq if tc.save_freq > 0 else 0,
             "grad_clip": o.grad_clip if o.grad_clip is not None else 1.0e9,

@@ -229,6 +229,9 @@ class VerlBackbone:
                             "LoRA adapter, under one fixed id)",
         "task_selector": "verl serves tasks with its own sampler, in order or shuffled",
         "experience_operators": "verl has no experience pipeline between its rollouts and its update",
+        "off_policy": "the verl backbone runs verl's synchronous PPO trainer; verl 0.9's asynchronous one (trainer.v1 "
+                      "with TransferQueue) is not wired to astuner's agent loop yet",
+        "stale_drop": "the verl backbone trains synchronously (nothing is ever stale)",
     }
     uses_ray = True
     records_tokens = False

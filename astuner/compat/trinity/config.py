@@ -11,8 +11,9 @@ key (the inverse of `astuner/backbone/trinity/translate.py`):
 - a key set to Trinity's own default is as if absent: it changes nothing;
 - any other key has no astuner meaning: with backbone "trinity" it goes to the `trinity:` subtree, merged
   over astuner's translation; with "debug" or "verl" it is refused (UserError, naming the key), except the
-  weight-sync settings (`synchronizer.sync_method`, `sync_style`, `sync_timeout`): those backbones train and
-  roll out in step, as `sync_interval: 1` asks, so they are taken and logged;
+  weight-sync settings (`synchronizer.sync_method`, `sync_style`, `sync_timeout`): how weights travel, which
+  those backbones do their own way, so they are taken and logged (`sync_interval` and `sync_offset`, the
+  schedule, are astuner keys: `trainer_common.off_policy`, the same meaning everywhere);
 - a taskset's `format.response_key` (the answer column of Trinity's reward functions) is taken and logged:
   workflow_func and judge_func receive the whole task row, as agentscope.tuner's adapter hands it to them;
 - a value the translation computes with is type-checked first (`values.py`): a wrong one is refused
@@ -91,7 +92,9 @@ KEYS = {
     "buffer.total_steps": "trainer_common.total_training_steps",
     "trainer.total_steps": "trainer_common.total_training_steps",
     "explorer.runner_per_model": "rollout.max_env_worker (× engine_num × repeat_times)",
-    "explorer.max_timeout": "rollout.episode_timeout_s", "explorer.eval_interval": "trainer_common.test_freq",
+    "explorer.max_timeout": "rollout.episode_timeout_s", "explorer.max_retry_times": "rollout.episode_retries",
+    "synchronizer.sync_interval": "trainer_common.off_policy.sync_interval",
+    "synchronizer.sync_offset": "trainer_common.off_policy.sync_offset", "explorer.eval_interval": "trainer_common.test_freq",
     "explorer.eval_on_startup": "trainer_common.val_before_train",
     "explorer.rollout_model.engine_num": "trainer_common.trinity_only__n_vllm_engine",
     "explorer.rollout_model.tensor_parallel_size": "rollout.tensor_model_parallel_size",

@@ -344,8 +344,11 @@ class Translator(Tasksets):
             engines = g("explorer.rollout_model.engine_num")
             self.put("rollout.max_env_worker", g("explorer.runner_per_model") * engines * g("algorithm.repeat_times"))
         self.put("rollout.episode_timeout_s", g("explorer.max_timeout"))
-        if self.leaves.get("explorer.max_retry_times") == 0:
-            self.used.add("explorer.max_retry_times")  # astuner never runs a failed episode again
+        if self.backbone == "debug":  # a failed episode run again, in a fresh environment (Trinity's default: 2)
+            self.put("rollout.episode_retries", g("explorer.max_retry_times"))
+        for path in ("synchronizer.sync_interval", "synchronizer.sync_offset"):  # Trinity's schedule, its meaning
+            if self.given(path):
+                self.put(f"trainer_common.off_policy.{path.split('.')[1]}", g(path))
         self.put("trainer_common.test_freq", g("explorer.eval_interval"))
         self.put("trainer_common.val_before_train", bool(g("explorer.eval_on_startup")))
         save = g("trainer.save_interval")
@@ -382,7 +385,7 @@ class Translator(Tasksets):
                         "without reuse_cooldown_time no experience is trained twice; each step's are trained "
                         "together, in lockstep")
         if self.backbone != "trinity":
-            for path in SYNC_KEYS:  # trained and rolled out in step: what sync_interval 1 asks, however it syncs
+            for path in SYNC_KEYS:  # how weights travel: the schedule (sync_interval, sync_offset) is what they mean
                 if self.given(path) and not _same(path, self.leaves[path], "fully_async"):
                     self.used.add(path)
                     self.accepted.append(path)

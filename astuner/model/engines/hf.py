@@ -86,11 +86,12 @@ class HFEngine:
         self._wakeup.set()
         return await request.future
 
-    async def update_weights(self, state_dict: Any) -> None:
+    async def update_weights(self, state_dict: Any, strict: bool = True) -> None:
+        """`strict=False`: `state_dict` holds some of the weights (a policy's trainable ones)."""
         if state_dict is None:
             return
         with self._model_lock:
-            self.model.load_state_dict(state_dict)
+            self.model.load_state_dict(state_dict, strict=strict)
 
     async def _serve(self) -> None:
         while True:
