@@ -50,8 +50,9 @@ class SyncSchedule:
 def problem(off_policy: Any) -> Optional[tuple[str, str]]:
     """(key, one line) when the section's keys contradict each other."""
     n, d, k = off_policy.sync_interval, off_policy.sync_offset, off_policy.max_staleness
-    if k is None or d is None:
+    if k is None:
         return None
+    d = max(0, k - (n - 1)) if d is None else d
     if k < n - 1 + d:
         return ("astuner.trainer_common.off_policy.max_staleness",
                 f"astuner.trainer_common.off_policy.max_staleness {k} is below what sync_interval {n} and sync_offset "

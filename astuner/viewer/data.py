@@ -83,7 +83,8 @@ class RunData:
                           "advantage": row.get("advantage"), "is_success": row.get("is_success"),
                           "failed": row.get("failed"), "madness": row.get("madness") or [],
                           "truncated": row.get("truncated"), "calls": row.get("calls"),
-                          "tool_errors": row.get("tool_parse_failures"),
+                          "tool_errors": row.get("tool_parse_failures"), "attempts": row.get("attempts"),
+                          "group_dropped": row.get("group_dropped"), "policy_version": row.get("policy_version"),
                           "tokens": sum(s["response_tokens"] for s in samples
                                         if isinstance(s.get("response_tokens"), (int, float))) or row.get("response_tokens")})
             groups.setdefault(str(row.get("task_id")), []).append(row.get("reward"))

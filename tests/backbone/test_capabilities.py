@@ -23,6 +23,8 @@ ASKS = {
     "experience_operators": "astuner.data_processor.experience_pipeline.operators=[{name: pass_rate_calculator}]",
     "grpo_without_std": "astuner.trainer_common.algorithm.norm_adv_by_std_in_grpo=false",
     "mini_batches": "astuner.trainer_common.mini_batch_num=2",
+    "off_policy": "astuner.trainer_common.off_policy.max_staleness=1",
+    "stale_drop": "astuner.trainer_common.off_policy={max_staleness: 1, on_stale: drop}",
 }
 
 

@@ -262,8 +262,9 @@ def test_what_no_backbone_can_honour_is_refused_on_every_backbone(extra, message
 
 
 def test_trinity_defaults_and_weight_sync_are_taken_on_debug():
-    """A key at Trinity's own default changes nothing; the weight-sync settings describe what the debug backbone
-    does anyway (every step's rollouts on the weights the step before produced)."""
+    """A key at Trinity's own default changes nothing; how weights travel (sync_method, sync_style, sync_timeout) is
+    the backbone's own business; the schedule (sync_interval, sync_offset) and the retries are astuner keys with
+    Trinity's meaning."""
     t = tc.translate(deep_merge(MINIMAL, {
         "trainer": {"param_offload": False, "use_dynamic_bsz": True}, "explorer": {"max_retry_times": 2},
         "synchronizer": {"sync_style": "dynamic_by_explorer", "sync_method": "nccl", "sync_interval": 1,
@@ -271,8 +272,13 @@ def test_trinity_defaults_and_weight_sync_are_taken_on_debug():
         "buffer": {"batch_size": 8, "train_batch_size": 32}}), backbone="debug", source="t.yaml")
     assert set(t.accepted) == {"synchronizer.sync_style", "synchronizer.sync_method", "synchronizer.sync_timeout"}
     assert "trinity" not in t.tree and not t.passed
-    for extra, key in (({"synchronizer": {"sync_interval": 2}}, "synchronizer.sync_interval=2"),
-                       ({"synchronizer": {"sync_style": "fully_async"}}, "synchronizer.sync_style='fully_async'"),
+    assert t.tree["astuner"]["trainer_common"]["off_policy"] == {"sync_interval": 1}
+    assert t.tree["astuner"]["rollout"]["episode_retries"] == 2
+    # agentscope-samples' data_augment and learn_to_ask: their schedules run on debug as they mean on Trinity
+    for sync in ({"sync_interval": 4}, {"sync_interval": 10}, {"sync_interval": 2, "sync_offset": 1}):
+        tree = translated({"synchronizer": sync})
+        assert tree["astuner"]["trainer_common"]["off_policy"] == sync
+    for extra, key in (({"synchronizer": {"sync_style": "fully_async"}}, "synchronizer.sync_style='fully_async'"),
                        ({"buffer": {"batch_size": 8, "train_batch_size": 4}}, "buffer.train_batch_size=4")):
         with pytest.raises(UserError, match=re.escape(key)):
             translated(extra)
@@ -327,8 +333,9 @@ def test_on_trinity_keys_without_astuner_meaning_reach_trinity_through_the_trini
         "algorithm": {"kl_loss_fn": "k2", "kl_loss_fn_args": {"kl_coef": 0.005}},  # k2's coefficient goes with it
         "explorer": {"concurrent_mode": "multi-threading",
                      "rollout_model": {"enforce_eager": True, "extra_engine_args": {"swap_space": 4}}},
-        "synchronizer": {"sync_interval": 2, "sync_style": "dynamic_by_explorer"},
+        "synchronizer": {"sync_style": "dynamic_by_explorer"},  # its schedule is astuner's: below
         "trainer": {"param_offload": True, "trainer_config": {"actor_rollout_ref": {"actor": {"shuffle": True}}}}}
+    assert t.tree["astuner"]["trainer_common"]["off_policy"] == {"sync_interval": 2}
     tree = deep_merge(t.tree, {"astuner": {"rollout": {"agentscope_workflow": "tests.api.test_tune_api->"
                                                                               "run_react_agent"}}})
     staged = tmp_path / "staged.yaml"

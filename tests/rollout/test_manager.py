@@ -90,14 +90,62 @@ def test_raising_episode_is_recorded_and_step_goes_on(tokenizer):
 
 def test_failed_episodes_are_not_trained_on_by_default(tokenizer):
     """A crash is not a wrong answer: with failure_reward unset a failed episode has no samples (outside the
-    group statistics and the loss), reward 0 in the metrics, and is counted."""
-    manager = RolloutManager(config(), Explodes, None, ScriptedEngine(tokenizer, lambda p: "ok"), tokenizer)
-    batch = asyncio.run(manager.run(tasks(2)))
-    failed = [e for e in batch.episodes if e.failed]
-    assert len(failed) == 2 and all(e.reward == 0.0 and not e.samples for e in failed)
-    assert failed[0].recorder.calls  # it did call the model before it crashed
-    assert all(e.samples for e in batch.episodes if not e.failed)
-    assert batch.metrics["rollout/error_rate"] == pytest.approx(1 / 3)
+    group statistics and the loss), reward 0 in the metrics, and is counted; its retry (episode_retries 1: a new
+    episode id) failed too, so its group is short: dropped whole by default, its survivors kept with train."""
+    for short_group in ("drop", "train"):
+        manager = RolloutManager(config(short_group=short_group), Explodes, None,
+                                 ScriptedEngine(tokenizer, lambda p: "ok"), tokenizer)
+        batch = asyncio.run(manager.run(tasks(2)))
+        failed = [e for e in batch.episodes if e.failed]
+        assert len(failed) == 2 and all(e.reward == 0.0 and not e.samples and e.attempts == 2 for e in failed)
+        assert failed[0].recorder.calls  # it did call the model before it crashed
+        survivors = [e for e in batch.episodes if not e.failed]
+        if short_group == "train":
+            assert all(e.samples and not e.group_dropped for e in survivors)
+        else:
+            assert all(not e.samples and e.group_dropped for e in survivors) and not batch.samples
+        m = batch.metrics
+        assert m["rollout/error_rate"] == pytest.approx(1 / 3) and m["rollout/retries"] == 2
+        assert m["rollout/short_groups"] == 2 and m["rollout/dropped_short_groups"] == (2 if short_group == "drop"
+                                                                                      else 0)
+
+
+class FailsAtRandom(Workflow):
+    """Fails two episodes in five, as a flaky tool or environment would, by the episode's id (a retry has its own)."""
+
+    async def execute(self, workflow_task, model_tuner):
+        import random
+
+        await model_tuner([{"role": "user", "content": "x"}])
+        if random.Random(workflow_task.episode_uuid).random() < 0.4:
+            raise ConnectionError("environment went away")
+        return WorkflowOutput(reward=float(workflow_task.repeat_index % 2))
+
+
+@pytest.mark.parametrize("retries", [0, 1, 2])
+def test_failures_at_random_are_retried_and_short_groups_leave_whole(tokenizer, retries):
+    """Each failed episode runs again with a fresh id up to episode_retries times; a group still short leaves the
+    step whole (no survivor's advantage describes a group without its failures), and every count is in the
+    metrics and the episodes' rows."""
+    manager = RolloutManager(config(episode_retries=retries, num_repeat=4, max_error_rate=1.0), FailsAtRandom, None,
+                             ScriptedEngine(tokenizer, lambda p: "ok"), tokenizer)
+    batch = asyncio.run(manager.run(tasks(12), tag="flaky:train:1"))
+    groups = [batch.episodes[i:i + 4] for i in range(0, 48, 4)]
+    assert all(1 <= e.attempts <= retries + 1 for e in batch.episodes)
+    assert all(e.attempts == retries + 1 for e in batch.episodes if e.failed)
+    assert batch.metrics["rollout/retries"] == sum(e.attempts - 1 for e in batch.episodes)
+    short = [g for g in groups if any(e.failed for e in g)]
+    assert batch.metrics["rollout/short_groups"] == len(short) and (short or retries == 2)
+    for g in groups:
+        if g in short:
+            assert all(e.group_dropped and not e.samples for e in g)
+        else:
+            assert all(not e.group_dropped and e.samples for e in g)
+    assert batch.metrics["rollout/dropped_short_groups"] == sum(not all(e.failed for e in g) for g in short)
+    if retries:  # a retry has its own id: some episodes that failed first succeeded on a run again
+        assert any(e.attempts > 1 and not e.failed for e in batch.episodes)
+    failed_rate = sum(e.failed for e in batch.episodes) / 48
+    assert failed_rate < (0.6 if retries == 0 else 0.3)
 
 
 def test_hanging_episode_times_out(tokenizer):
@@ -219,7 +267,7 @@ def test_a_timed_out_thread_adds_nothing_to_its_episode(tokenizer):
             return WorkflowOutput(reward=1.0)
 
     engine = ScriptedEngine(tokenizer, lambda p: "late")
-    cfg = config(run_workflow_in_thread=True, episode_timeout_s=0.2)
+    cfg = config(run_workflow_in_thread=True, episode_timeout_s=0.2, episode_retries=0)  # one run of it
     cfg.rollout.num_repeat = 1
 
     async def rollout_then_late_call():

@@ -40,22 +40,28 @@ class RolloutSource:
         self.run_async, self.experiment, self.version = run_async, experiment, version
 
     def collect(self, step: int) -> StepExperience:
-        return self.run_async(self.roll_out(step, self.version()))
+        tasks, epoch = self.draw()
+        return self.run_async(self.roll_out(step, tasks, epoch, self.version()))
 
-    async def roll_out(self, step: int, version: int) -> StepExperience:
-        """Step `step`'s tasks from the selector, rolled out on the engines' weights (`version`), then the
-        operators (whose feedback reaches the selector before the next step's tasks are drawn)."""
-        tasks = self.selector.next_batch(self.cfg.data.train_batch_size)
+    def draw(self) -> tuple[list[Any], int]:
+        """The next step's tasks from the selector, and its epoch then."""
+        return self.selector.next_batch(self.cfg.data.train_batch_size), self.selector.epoch
+
+    async def roll_out(self, step: int, tasks: list[Any], epoch: int, version: int, manager: Any = None,
+                       feedback: Optional[Callable[[dict[str, float]], None]] = None) -> StepExperience:
+        """Step `step`'s tasks rolled out (by `manager`, default this source's) on the engines' weights (`version`),
+        then the operators; their feedback goes to `feedback` (default: the selector's, before the next step's
+        tasks are drawn)."""
         t0 = time.perf_counter()
-        batch = await self.manager.run(tasks, "train", tag=f"{self.experiment}:train:{step}")
+        batch = await (manager or self.manager).run(tasks, "train", tag=f"{self.experiment}:train:{step}")
         rollout_s = time.perf_counter() - t0
         for sample in batch.samples:
             sample.policy_version = version
         selection = selection_metrics(batch.samples)
         samples, operator_metrics = apply_operators(self.cfg.data_processor.experience_pipeline.operators,
-                                                    batch.samples, self.selector.feedback)
+                                                    batch.samples, feedback or self.selector.feedback)
         return StepExperience(tasks, batch, samples, {**batch.metrics, **selection, **operator_metrics}, rollout_s,
-                              self.selector.epoch, version)
+                              epoch, version)
 
     def validate(self, tasks: list[Any], step: int, label: Optional[str] = None) -> dict[str, float]:
         batch = self.run_async(self.manager.run(tasks, "val", tag=f"{self.experiment}:val:{step}"))

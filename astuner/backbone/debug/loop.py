@@ -119,10 +119,7 @@ class DebugTrainer:
             restore_rng(state["rng"], self.learner.engines())
             self.start_step = state["step"]
             if self.pipeline is not None:
-                self.pipeline.trained = self.pipeline.next_step = self.start_step
-                self.pipeline.next_step += 1
-                if "pipeline" in state:
-                    self.pipeline.restore(state["pipeline"])
+                self.pipeline.resume_at(self.start_step, state.get("pipeline"))
             self.writer.truncate_after(self.start_step)
             logger.info(f"resumed from {self.checkpoint} (step {self.start_step} of {self.total_steps})")
         elif self.run_dir.resumed:  # the earlier run died before its first checkpoint: it starts over
@@ -135,17 +132,19 @@ class DebugTrainer:
                     f"{cfg.rollout.num_repeat} episodes; {self.schedule.describe()}")
 
     def _setup_pipeline(self, auxiliary: dict[str, Any]) -> None:
-        """Off-policy: the producer's engine over a copy of the policy, its rollouts, the event loop in its thread."""
+        """Off-policy: an engine per step that may be in flight (max_staleness + 1, each over a copy of the policy)
+        with its rollouts, and the event loop in a thread of its own."""
         from astuner.backbone.debug.pipeline import PipelinedSource, producer_engine, run_forever
 
         cfg = self.cfg
-        engine = producer_engine(cfg, self.tokenizer, self.learner.model, self.model_path)
-        manager = RolloutManager(cfg, self.ctx.plugins.workflow, self.judge, engine, self.tokenizer,
-                                 auxiliary_models=auxiliary, engines={"default": engine},
-                                 row_problems=self.row_problems)
-        rollouts = RolloutSource(cfg, manager, self.selector, self._await, self.ctx.config.experiment_name,
-                                 lambda: self.learner.version)
-        self.pipeline = PipelinedSource(rollouts, engine, self.schedule, self.loop, 1, self.total_steps)
+        pool = []
+        for _ in range(self.schedule.bound + 1):
+            engine = producer_engine(cfg, self.tokenizer, self.learner.model, self.model_path)
+            pool.append((engine, RolloutManager(cfg, self.ctx.plugins.workflow, self.judge, engine, self.tokenizer,
+                                                auxiliary_models=auxiliary, engines={"default": engine},
+                                                row_problems=self.row_problems)))
+        self.pipeline = PipelinedSource(self.source, pool, self.schedule, self.loop, 1, self.total_steps,
+                                        cfg.rollout.seed)
         self.loop_thread = run_forever(self.loop)
 
     # -- the loop ----------------------------------------------------------------------------------
@@ -186,10 +185,13 @@ class DebugTrainer:
 
         tc = self.cfg.trainer_common
         last_saved = self.start_step
+        started = time.perf_counter()
         for step in range(self.start_step + 1, self.total_steps + 1):
             metrics = self.train_step(step)
             if tc.test_freq > 0 and step % tc.test_freq == 0 and self.val_tasks:
                 metrics.update(self.source.validate(self.val_tasks, step))
+            # the RL steps' wall time so far in this session, validations included (time to a reward)
+            metrics["perf/elapsed_s"] = time.perf_counter() - started
             self.writer.write(step, metrics)
             bar.update(1, reward=f"{metrics['reward/mean']:.3f}", success=f"{metrics['reward/success_rate']:.2f}",
                        madness=f"{metrics.get('rollout/madness_rate', 0.0):.2f}")

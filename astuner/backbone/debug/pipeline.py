@@ -1,27 +1,31 @@
 """The off-policy experience source: rollouts keep running while the learner trains (`trainer_common.off_policy`).
 
-A producer on the run's event loop (its own thread) rolls the steps out one after another on an engine of its
-own, over a copy of the policy's weights; the learner (the main thread) trains each step when it is there, then
-publishes its new weights (a snapshot of the trainable ones). The producer's engine takes weights at version
-boundaries only, between two steps' rollouts:
+A producer on the run's event loop (its own thread) starts the steps in order, each on an engine of its own from a
+pool of `bound + 1` (each over a copy of the policy), so up to `bound + 1` steps are rolled out at once: a step's
+slow episodes no longer hold the next step's. The learner (the main thread) trains each step when it is there,
+then publishes its new weights (a snapshot of the trainable ones). An engine takes weights at version boundaries
+only, when a step starts on it:
 
 - `wait`: step t is rolled out on exactly version `schedule.version_for(t)`; the producer waits for it when the
-  learner is behind. Which weights roll out which step is a schedule, not a race: the run is reproducible, and
-  its checkpoints resume it exactly (below).
+  learner is behind. Which weights roll out which step is a schedule, not a race, and every step's sampling is
+  seeded by the step: the run is reproducible, and its checkpoints resume it exactly (below).
 - `drop`: the producer never waits for weights: each step takes the newest version published, with at most
-  `bound + 1` steps rolled out ahead of the learner; samples that lag more than `bound` versions when trained are
-  dropped, whole groups (a GRPO group's advantages need all of it), and counted. Faster, timing-dependent.
+  `bound + 1` steps rolled out ahead of the learner; a step whose samples lag more than `bound` versions when
+  trained is dropped whole and counted. Faster, timing-dependent.
+
+The task selector is drawn in step order; the experience operators' feedback to it (pass rates) reaches it in step
+order too, that of step j just before step j + bound + 1 is drawn (by then step j has finished): in a reproducible
+place, whatever the timing.
 
 Checkpoint `s` holds, beside the learner's state, what the steps after `s` need and the learner no longer has:
-the snapshots of the versions they are rolled out on (older than `s`), and the producer's state after step `s`
-(the task selector's, the producer engine's sampler, the process's RNGs). A resumed run rolls those steps out
-again, in-flight episodes included, and gets what the uninterrupted run got.
+the snapshots of the versions they are rolled out on (older than `s`), the selector's state before step s + 1 was
+drawn and the feedback not yet given to it. A resumed run rolls those steps out again, in-flight episodes
+included, and gets what the uninterrupted run got.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import statistics
 import threading
 import time
@@ -30,29 +34,34 @@ from typing import Any, Callable, Optional
 from loguru import logger
 
 from astuner.algorithm.sync_schedule import SyncSchedule
-from astuner.backbone.debug.checkpoint import restore_rng, rng_state
 from astuner.backbone.debug.experience import RolloutSource, StepExperience
 
 
 class PipelinedSource:
-    def __init__(self, rollouts: RolloutSource, engine: Any, schedule: SyncSchedule, loop: asyncio.AbstractEventLoop,
-                 first_step: int, total_steps: int):
-        """`rollouts`: the producer's (its manager samples `engine`, which holds no other policy's module);
-        `loop`: the event loop running in its own thread; `first_step`: the first step to roll out."""
-        self.rollouts, self.engine, self.schedule, self.loop = rollouts, engine, schedule, loop
+    def __init__(self, rollouts: RolloutSource, pool: list[tuple[Any, Any]], schedule: SyncSchedule,
+                 loop: asyncio.AbstractEventLoop, first_step: int, total_steps: int, seed: int):
+        """`rollouts`: draws the tasks and rolls a step out; `pool`: (engine, its rollout manager) pairs, one per
+        step that may be in flight; `loop`: the event loop running in its own thread; `first_step`: the first step
+        to roll out; `seed`: the rollouts' (each step samples from `seed` and its number)."""
+        self.rollouts, self.schedule, self.loop, self.seed = rollouts, schedule, loop, seed
+        self.pool = list(pool)
         self.total_steps = total_steps
-        self.next_step = first_step  # the producer's next step
-        self.engine_version: Optional[int] = None  # the weights the producer's engine holds
+        self.next_step = first_step  # the producer's next step to start
         self.snapshots: dict[int, dict[str, Any]] = {}  # version -> trainable weights, on the CPU
         self.ready: dict[int, StepExperience] = {}  # rolled out, not yet trained
-        self.after: dict[int, dict[str, Any]] = {}  # step -> the producer's state once it was rolled out
+        self.finished: set[int] = set(range(1, first_step))  # steps whose rollouts are over
+        self.rates: dict[int, list[dict[str, float]]] = {}  # step -> its operators' feedback to the selector
+        self.fed = first_step - 1 - schedule.bound - 1  # the last step whose feedback the selector has
+        self.engine_version: dict[int, int] = {}  # id(engine) -> the version it holds
+        self.before: dict[int, dict[str, Any]] = {}  # step -> the selector's state just before it was drawn
         self.trained = first_step - 1  # the learner's last step
         self.failure: Optional[BaseException] = None
         self.stopping = False
         self.cond = threading.Condition()
         self._wake: Optional[asyncio.Event] = None
         self._task: Optional[Any] = None
-        self.waits: collections.Counter = collections.Counter()  # step -> seconds the producer waited for weights
+        self.done = threading.Event()  # the producer's coroutine has returned
+        self.waits: dict[int, float] = {}  # step -> seconds the producer waited for its weights
 
     # -- the learner's side (main thread) -------------------------------------------------------------------
     def publish(self, version: int, weights: dict[str, Any]) -> None:
@@ -66,8 +75,8 @@ class PipelinedSource:
         self._task = asyncio.run_coroutine_threadsafe(self._produce(), self.loop)
 
     def collect(self, step: int) -> StepExperience:
-        """Step `step`'s experience (waiting for the producer), with samples lagging beyond the bound dropped (under
-        `drop`) and the step's off-policy metrics."""
+        """Step `step`'s experience (waiting for the producer), its samples dropped when they lag beyond the bound
+        (`drop`), with the step's off-policy metrics."""
         t0 = time.perf_counter()
         with self.cond:
             while step not in self.ready and self.failure is None:
@@ -76,7 +85,7 @@ class PipelinedSource:
                 raise self.failure  # type: ignore[misc]
             experience = self.ready.pop(step)
             self.trained = step
-        self._notify()  # room for the producer (drop) or nothing to do (wait)
+        self._notify()  # room for the producer (drop)
         waited = time.perf_counter() - t0
         learner_version = step - 1
         lag = learner_version - experience.version
@@ -84,16 +93,15 @@ class PipelinedSource:
         if lag > self.schedule.bound:  # drop: the whole step's samples are of one version
             dropped = len(experience.samples)
             experience.samples = []
-        groups = len({s.task_id for s in experience.samples})
         lags = [learner_version - s.policy_version for s in experience.samples]
         metrics = {"off_policy/version_lag": float(lag), "off_policy/learner_wait_s": waited,
-                   "off_policy/rollout_wait_s": float(self.waits.pop(step, 0.0)),
+                   "off_policy/rollout_wait_s": self.waits.pop(step, 0.0),
                    "off_policy/dropped_samples": float(dropped),
                    "off_policy/dropped_groups": float(len({s.task_id for s in experience.batch.samples})
                                                       if dropped else 0),
                    "off_policy/lag_mean": statistics.fmean(lags) if lags else 0.0,
-                   "off_policy/lag_max": float(max(lags, default=0)), "off_policy/groups": float(groups)}
-        for value in range(self.schedule.bound + 2 if self.schedule.on_stale == "drop" else self.schedule.bound + 1):
+                   "off_policy/lag_max": float(max(lags, default=0))}
+        for value in range(self.schedule.bound + (2 if self.schedule.on_stale == "drop" else 1)):
             metrics[f"off_policy/lag_{value}"] = float(sum(1 for x in lags if x == value))  # the histogram
         if dropped:
             logger.warning(f"step {step}: its rollouts are {lag} versions old (> max_staleness "
@@ -103,22 +111,34 @@ class PipelinedSource:
 
     def state(self, step: int) -> dict[str, Any]:
         """What checkpoint `step` holds for the steps after it (see the module's docstring)."""
-        needed = sorted({self.schedule.version_for(t) for t in range(step + 1, self.total_steps + 1)
-                         if self.schedule.version_for(t) < step} if self.schedule.on_stale == "wait" else set())
+        wait = self.schedule.on_stale == "wait"
+        needed = {self.schedule.version_for(t) for t in range(step + 1, self.total_steps + 1)} if wait else set()
         with self.cond:
-            while step not in self.after and self.failure is None and step > 0:
+            while step + 1 not in self.before and self.failure is None and step < self.total_steps:
                 self.cond.wait(timeout=1.0)
             if self.failure is not None:
                 raise self.failure
-            return {"snapshots": {v: self.snapshots[v] for v in needed}, "producer": self.after.get(step)}
+            before = self.before.get(step + 1)
+            return {"snapshots": {v: self.snapshots[v] for v in sorted(needed) if v < step},
+                    "selector": None if before is None else before["selector"],
+                    "fed": None if before is None else before["fed"],
+                    "feedback": {j: list(self.rates.get(j, [])) for j in range(before["fed"] + 1, step + 1)}
+                    if before is not None else {}}
 
-    def restore(self, saved: dict[str, Any]) -> None:
-        """A resumed run: the snapshots of older versions its next steps need, the producer's state."""
+    def resume_at(self, step: int, saved: Optional[dict[str, Any]]) -> None:
+        """A run resumed from checkpoint `step`: the snapshots of older versions its next steps need, the selector
+        as it was before step + 1 was drawn, the feedback it had not been given then (`saved`: None from a
+        checkpoint written before the producer started)."""
+        self.next_step, self.trained = step + 1, step
+        self.finished = set(range(1, step + 1))
+        self.fed = step - self.schedule.bound - 1
+        if saved is None:
+            return
         self.snapshots.update(saved["snapshots"])
-        producer = saved.get("producer")
-        if producer is not None:
-            self.rollouts.selector.load_state_dict(producer["selector"])
-            restore_rng(producer["rng"], self.engine)
+        if saved["selector"] is not None:
+            self.rollouts.selector.load_state_dict(saved["selector"])
+            self.fed = saved["fed"]
+        self.rates = {int(j): list(rates) for j, rates in saved["feedback"].items()}
 
     def stop(self) -> None:
         """The producer stops (its episodes in flight are cancelled: a resumed run rolls their step out again)."""
@@ -126,10 +146,8 @@ class PipelinedSource:
         self._notify()
         if self._task is not None and not self._task.done():
             self._task.cancel()
-            try:
-                self._task.result(timeout=60)
-            except BaseException:  # noqa: BLE001 - cancelled, or its failure was handed to collect() already
-                pass
+        if self._task is not None:
+            self.done.wait(timeout=60)
 
     # -- the producer's side (the event loop's thread) -------------------------------------------------------
     def _notify(self) -> None:
@@ -140,61 +158,114 @@ class PipelinedSource:
 
     def _prune(self) -> None:
         """Keep the snapshots a step not yet trained may still need."""
-        if self.schedule.on_stale == "wait":
-            keep = self.schedule.version_for(self.trained + 1)
-        else:
-            keep = max(self.snapshots)
+        keep = self.schedule.version_for(self.trained + 1) if self.schedule.on_stale == "wait" \
+            else max(self.snapshots)
         for version in [v for v in self.snapshots if v < keep]:
             del self.snapshots[version]
 
-    async def _weights_for(self, step: int) -> int:
-        """The version step `step` is rolled out on, once there (waiting is counted)."""
-        t0 = time.perf_counter()
+    async def _until(self, ready: Callable[[], Any]) -> Any:
+        """Wait (on the loop) until `ready()` (read under the lock) gives something other than None."""
         while True:
             with self.cond:
                 if self.stopping:
                     raise asyncio.CancelledError
-                if self.schedule.on_stale == "wait":
-                    version = self.schedule.version_for(step)
-                    ok = version in self.snapshots
-                else:
-                    version = max(self.snapshots, default=-1)
-                    ok = version >= 0 and step - self.trained <= self.schedule.bound + 1
-            if ok:
-                break
+                value = ready()
+            if value is not None:
+                return value
             self._wake.clear()
             await self._wake.wait()
-        waited = time.perf_counter() - t0
-        if waited > 0.001:
-            self.waits[step] += waited
-        return version
+
+    def _version_for(self, step: int) -> Optional[int]:
+        if self.schedule.on_stale == "wait":
+            version = self.schedule.version_for(step)
+            return version if version in self.snapshots else None
+        if not self.snapshots or step - self.trained > self.schedule.bound + 1:
+            return None
+        return max(self.snapshots)
+
+    def _give_feedback(self, step: int) -> bool:
+        """Before step `step` is drawn: the feedback of every step up to step - bound - 1, in order (False while
+        one of them is still rolling out)."""
+        while self.fed < step - self.schedule.bound - 1:
+            if self.fed + 1 > 0 and self.fed + 1 not in self.finished:
+                return False
+            self.fed += 1
+            for rates in self.rates.get(self.fed, []):
+                self.rollouts.selector.feedback(rates)
+        return True
 
     async def _produce(self) -> None:
         self._wake = asyncio.Event()
+        free = asyncio.Queue()
+        for pair in self.pool:
+            free.put_nowait(pair)
+        running: set[asyncio.Task] = set()
         try:
-            while self.next_step <= self.total_steps and not self.stopping:
+            while self.next_step <= self.total_steps:
                 step = self.next_step
-                version = await self._weights_for(step)
-                if version != self.engine_version:
-                    with self.cond:
-                        weights = self.snapshots[version]
-                    await self.engine.update_weights(weights, strict=False)
-                    self.engine_version = version
-                experience = await self.rollouts.roll_out(step, version)
-                state = {"selector": self.rollouts.selector.state_dict(), "rng": rng_state(self.engine)}
+                t0 = time.perf_counter()
+                version = await self._until(lambda: self._version_for(step))
+                await self._until(lambda: True if self._give_feedback(step) else None)
+                if time.perf_counter() - t0 > 0.001:
+                    self.waits[step] = time.perf_counter() - t0
+                engine, manager = await free.get()
                 with self.cond:
-                    self.ready[step] = experience
-                    self.after[step] = state
-                    for old in [s for s in self.after if s < self.trained]:
-                        del self.after[old]
+                    self.before[step] = {"selector": self.rollouts.selector.state_dict(), "fed": self.fed}
+                    for old in [s for s in self.before if s <= self.trained]:
+                        del self.before[old]
+                    kept = min([b["fed"] for b in self.before.values()] + [self.fed])  # what a checkpoint saves
+                    for old in [j for j in self.rates if j <= kept]:
+                        del self.rates[old]
                     self.cond.notify_all()
+                    weights = self.snapshots[version]
+                tasks, epoch = self.rollouts.draw()
+                task = asyncio.ensure_future(self._roll(step, tasks, epoch, version, weights, engine, manager, free))
+                running.add(task)
+                task.add_done_callback(running.discard)
                 self.next_step += 1
+            if running:
+                await asyncio.gather(*running)
         except asyncio.CancelledError:
-            pass
+            for task in running:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
         except BaseException as exc:  # noqa: BLE001 - handed to the learner, which raises it
+            self._fail(exc)
+        finally:
+            self.done.set()
+
+    async def _roll(self, step: int, tasks: list[Any], epoch: int, version: int, weights: dict[str, Any],
+                    engine: Any, manager: Any, free: asyncio.Queue) -> None:
+        try:
+            if self.engine_version.get(id(engine)) != version:
+                await engine.update_weights(weights, strict=False)
+                self.engine_version[id(engine)] = version
+            engine.generator.manual_seed(step_seed(self.seed, step))
+            rates: list[dict[str, float]] = []
+            experience = await self.rollouts.roll_out(step, tasks, epoch, version, manager, rates.append)
             with self.cond:
-                self.failure = exc
+                self.ready[step] = experience
+                self.rates[step] = rates
+                self.finished.add(step)
                 self.cond.notify_all()
+            free.put_nowait((engine, manager))
+            self._wake.set()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - handed to the learner, which raises it
+            self._fail(exc)
+
+    def _fail(self, exc: BaseException) -> None:
+        with self.cond:
+            if self.failure is None:
+                self.failure = exc
+            self.stopping = True
+            self.cond.notify_all()
+
+
+def step_seed(seed: int, step: int) -> int:
+    """The sampling seed of a step's rollouts: its own, whatever ran before it on that engine."""
+    return (seed * 1_000_003 + step) % (2 ** 63)
 
 
 def weight_snapshot(model: Any) -> dict[str, Any]:

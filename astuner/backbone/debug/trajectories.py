@@ -21,6 +21,10 @@ def episode_row(e: Any) -> dict[str, Any]:
         "reward": e.reward, "is_success": e.is_success,
         "advantage": statistics.fmean([s.advantage for s in e.samples]) if e.samples else None,
         "failed": e.failed, "error": e.error, "madness": e.mad_reasons, "truncated": e.recorder.truncated,
+        # runs of it (1 + retries, rollout.episode_retries); its group left the step short (rollout.short_group)
+        "attempts": e.attempts, "group_dropped": e.group_dropped,
+        # the weights that generated it (off-policy: older than the step's learner)
+        "policy_version": e.samples[0].policy_version if e.samples else None,
         "messages": last.messages if last else [], "response": last.response_text if last else None,
         "calls": len(e.recorder.calls), "tool_parse_failures": e.tool_parse_failures,
         "prompt_tokens": len(last.prompt_ids) if last else 0,

@@ -125,12 +125,14 @@ async function runPage() {
 const COLUMNS = [
   ["task_id", "task", "text"], ["repeat_index", "repeat"], ["reward", "reward"], ["advantage", "advantage"],
   ["is_success", "success"], ["failed", "failed"], ["madness", "madness", "text"], ["truncated", "truncated"],
-  ["calls", "calls"], ["tool_errors", "tool errors"], ["tokens", "tokens"],
+  ["calls", "calls"], ["tool_errors", "tool errors"], ["tokens", "tokens"], ["attempts", "runs"],
+  ["group_dropped", "group dropped"], ["policy_version", "version"],
 ];
 const FLAGS = { failed: (e) => e.failed, mad: (e) => (e.madness || []).length > 0, truncated: (e) => e.truncated,
-  success: (e) => e.is_success, ok: (e) => !e.failed };
+  success: (e) => e.is_success, ok: (e) => !e.failed, retried: (e) => e.attempts > 1, dropped: (e) => e.group_dropped };
 const FIELDS = { reward: "reward", advantage: "advantage", adv: "advantage", calls: "calls", tokens: "tokens",
-  repeat: "repeat_index", tool_errors: "tool_errors" };
+  repeat: "repeat_index", tool_errors: "tool_errors", attempts: "attempts", runs: "attempts",
+  version: "policy_version" };
 
 // "failed", "mad", "!success", "reward < 0.5", "calls>=2", "task=train-3": every term must hold
 function parseFilter(text) {
@@ -291,6 +293,8 @@ async function episodePage(step, uuid) {
   const facts = [["query", e.query], ["expected answer", e.expected], ["reward", e.reward], ["advantage", e.advantage], ["success", e.is_success], ["failed", e.failed],
     ["madness", e.madness], ["truncated", e.truncated], ["model calls", e.calls],
     ["tool calls that did not parse", e.tool_parse_failures], ["agents", agentsFact(e)],
+    ["runs (1 + retries)", e.attempts], ["group dropped (short of episodes)", e.group_dropped],
+    ["policy version", e.policy_version],
     ...Object.entries(e.metrics || {}).map(([k, v]) => [k, v]), ["uuid", e.episode_uuid]];
   const conversation = conversationOf(e);
   const threshold = el("input", { id: "threshold", type: "number", step: "0.01", min: "0", value: "0.1", style: "width:5em" });
