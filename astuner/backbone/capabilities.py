@@ -22,7 +22,7 @@ ORDERED = ("sequential", "shuffle")  # the task orders every backbone's sampler 
 
 
 def _schedule(a: Any) -> Any:
-    from astuner.algorithm.sync_schedule import SyncSchedule
+    from astuner.config.sync_schedule import SyncSchedule
 
     return SyncSchedule.of(a.trainer_common.off_policy)
 

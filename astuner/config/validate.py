@@ -245,7 +245,7 @@ def _check_rules(cfg: AstunerConfig, b: _Builder) -> None:
                 "('file.py->fn', an async function (prompt) -> reply) to play the demonstrations")
     off = cfg.trainer_common.off_policy
     if ok(*(f"astuner.trainer_common.off_policy.{k}" for k in ("max_staleness", "sync_interval", "sync_offset"))):
-        from astuner.algorithm.sync_schedule import problem
+        from astuner.config.sync_schedule import problem
 
         contradiction = problem(off)
         if contradiction:

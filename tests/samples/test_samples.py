@@ -91,7 +91,9 @@ def test_werewolves_yaml_route_trains_with_a_frozen_auxiliary_model(tmp_path):
 @pytest.mark.parametrize("route", ["main.py", "yaml"])
 def test_frozen_lake_rows_without_a_query_train(tmp_path, tiny_model_dir, route):
     folder = sample("frozen_lake", tmp_path)
-    if route == "main.py":
+    if route == "main.py":  # with agentscope-samples' data_augment schedule: weights to the engine every 4 steps
+        config = folder / "config.yaml"
+        config.write_text(config.read_text().replace("sync_interval: 1}", "sync_interval: 4}"))
         log = run([sys.executable, "main.py"], folder, {"TRINITY_MODEL_PATH": str(tiny_model_dir),
                                                         "TRINITY_CHECKPOINT_ROOT_DIR": str(tmp_path / "ckpt")})
         root = tmp_path / "ckpt" / "FrozenLake" / "frozen_lake_grpo"
@@ -105,3 +107,5 @@ def test_frozen_lake_rows_without_a_query_train(tmp_path, tiny_model_dir, route)
         assert not e["failed"], e["error"]
         assert e["agents"] == ["walker"] and e["calls"] >= 1 and e["metrics"]["map"] == "3x3"
     assert {e["task_id"] for e in episodes} <= {f"lake-{i}" for i in range(4)} | {f"train_{i}" for i in range(4)}
+    if route == "main.py":  # Trinity's meaning on the debug backbone: both steps rolled out on the initial weights
+        assert [m["off_policy/version_lag"] for m in metrics] == [0, 1]

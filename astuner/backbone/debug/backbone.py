@@ -17,7 +17,7 @@ class DebugBackbone:
     def plan(self, config: Any) -> Optional[str]:
         """None: the trainer sizes itself from the model and the device it loads on. Off-policy, what its producer
         (a copy of the one policy, on an hf engine) cannot take is refused here."""
-        from astuner.algorithm.sync_schedule import SyncSchedule
+        from astuner.config.sync_schedule import SyncSchedule
 
         a = config.astuner
         schedule = SyncSchedule.of(a.trainer_common.off_policy)

@@ -22,7 +22,7 @@ from astuner.records.metrics import MetricsWriter, plot_reward_curve
 from astuner.records.tokens import TokenPieces
 from astuner.rollout.manager import RolloutManager, build_judge
 from astuner.rollout.row_problems import RowProblems
-from astuner.algorithm.sync_schedule import SyncSchedule
+from astuner.config.sync_schedule import SyncSchedule
 from astuner.backbone.debug.experience import RolloutSource
 from astuner.backbone.debug.learner import Learner
 from astuner.backbone.debug.resume import check_resume

@@ -33,7 +33,7 @@ from typing import Any, Callable, Optional
 
 from loguru import logger
 
-from astuner.algorithm.sync_schedule import SyncSchedule
+from astuner.config.sync_schedule import SyncSchedule
 from astuner.backbone.debug.experience import RolloutSource, StepExperience
 
 

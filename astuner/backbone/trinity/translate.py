@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any, Optional
 
-from astuner.algorithm.sync_schedule import SyncSchedule
+from astuner.config.sync_schedule import SyncSchedule
 from astuner.backbone.machine import gpus_per_node
 from astuner.backbone.trinity.resources import trinity_mode
 from astuner.backbone.machine import cpu_mode
@@ -179,7 +179,7 @@ def translate_to_trinity(run: RunConfig, root: Path, model_path: Optional[str] =
             "auxiliary_models": auxiliary_engines(run, auxiliary_folders(run) if auxiliary is None else auxiliary,
                                                   cpu),
         },
-        # trainer_common.off_policy means Trinity's own schedule (astuner.algorithm.sync_schedule): the explorer
+        # trainer_common.off_policy means Trinity's own schedule (astuner.config.sync_schedule): the explorer
         # takes the trainer's weights every sync_interval steps, sync_offset steps ahead; fixed: it waits for them
         "synchronizer": {"sync_method": "nccl", "sync_style": "fixed", "sync_interval": schedule.interval,
                          "sync_offset": schedule.offset},

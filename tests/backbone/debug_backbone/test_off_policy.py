@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from astuner.algorithm.sync_schedule import SyncSchedule, problem
+from astuner.config.sync_schedule import SyncSchedule, problem
 from tests.conftest import REPO_ROOT, run_cli
 
 TINY = "tutorial/example_tiny_cpu/tiny_cpu.yaml"

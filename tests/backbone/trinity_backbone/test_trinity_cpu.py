@@ -121,3 +121,24 @@ def test_pass_rate_and_std_filter_count_episodes_in_trinitys_pipeline(tmp_path, 
     kept, metrics = asyncio.run(std_filter.process(_experiences()))
     # task 0's reward std: 0.5 over its episodes (kept), 0.43 over its samples (Trinity's own would drop it)
     assert [e.info["episode_uuid"] for e in kept] == ["a", "a", "a", "b"] and metrics["operator_filtered_count"] == 2
+
+
+@pytest.mark.parametrize("overrides, interval, offset", [
+    (["astuner.trainer_common.off_policy.max_staleness=2"], 1, 2),
+    (["astuner.trainer_common.off_policy.sync_interval=4"], 4, 0),
+    (["astuner.trainer_common.off_policy.sync_interval=2", "astuner.trainer_common.off_policy.sync_offset=1"], 2, 1)])
+def test_the_off_policy_schedule_is_trinitys_own_synchronizer(tmp_path, tiny_model_dir, monkeypatch, overrides,
+                                                               interval, offset):
+    """trainer_common.off_policy means Trinity's schedule: its explorer syncs every sync_interval steps,
+    sync_offset steps ahead, waiting for the weights (fixed), as Trinity's own check leaves it."""
+    from astuner.config.sync_schedule import SyncSchedule
+    from astuner.config import load_run_config
+
+    monkeypatch.chdir(REPO_ROOT)
+    cfg = trinity_checked([f"astuner.model.path={tiny_model_dir}", "astuner.trainer_common.device=cpu", *overrides],
+                          tmp_path)
+    sync = cfg.synchronizer
+    assert (sync.sync_interval, sync.sync_offset, sync.sync_style.value) == (interval, offset, "fixed")
+    assert sync.explorer_sync_interval == sync.trainer_sync_interval == interval
+    ours = SyncSchedule.of(load_run_config(TOOL, overrides).astuner.trainer_common.off_policy)
+    assert (ours.interval, ours.offset) == (interval, offset)
