@@ -61,9 +61,10 @@ class SlowSensorWorkflow(Workflow):
 
 
 def run(k: int, steps: int, exp_dir: Path) -> dict:
-    name = f"sensor_k{k}"
+    # one experiment name in a folder per run: the same episode ids, so the same tool latencies, in every run
+    name, exp_dir = "sensor", exp_dir / f"max_staleness_{k}"
     args = [sys.executable, "-m", "astuner", "--conf", CONF, "--exp-dir", str(exp_dir),
-            f"astuner.experiment_name={name}", f"astuner.model.path={exp_dir}/.models/sensor",
+            f"astuner.experiment_name={name}", f"astuner.model.path={exp_dir.parent}/.models/sensor",
             f"astuner.rollout.agentscope_workflow={Path(__file__).resolve()}->SlowSensorWorkflow",
             f"astuner.trainer_common.total_training_steps={steps}", "astuner.trainer_common.save_freq=-1",
             f"astuner.trainer_common.off_policy.max_staleness={k}"]

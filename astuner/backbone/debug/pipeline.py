@@ -101,7 +101,7 @@ class PipelinedSource:
                                                       if dropped else 0),
                    "off_policy/lag_mean": statistics.fmean(lags) if lags else 0.0,
                    "off_policy/lag_max": float(max(lags, default=0))}
-        for value in range(self.schedule.bound + (2 if self.schedule.on_stale == "drop" else 1)):
+        for value in range(self.schedule.bound + 1):
             metrics[f"off_policy/lag_{value}"] = float(sum(1 for x in lags if x == value))  # the histogram
         if dropped:
             logger.warning(f"step {step}: its rollouts are {lag} versions old (> max_staleness "
