@@ -29,9 +29,15 @@ class DebugBackbone:
         if a.policies:
             raise ConfigError(f"{key}: rollouts ahead of training take one policy on the debug backbone (its rollouts "
                               f"sample a copy of that policy's weights); with astuner.policies keep max_staleness 0")
-        if a.rollout.engine not in ("auto", "hf"):
-            raise ConfigError(f"{key}: rollouts ahead of training run on an hf engine of their own over a copy of "
-                              f"the policy; astuner.rollout.engine {a.rollout.engine} cannot; use engine hf or "
+        engine = a.rollout.engine
+        if engine == "auto":  # vllm where it is installed and a GPU is visible
+            from astuner.model.engines.factory import pick_engine
+
+            engine = pick_engine(a)
+        if engine != "hf":
+            picked = "" if a.rollout.engine == engine else f" (auto picks {engine} on this machine)"
+            raise ConfigError(f"{key}: rollouts ahead of training run on hf engines of their own, each over a copy "
+                              f"of the policy; astuner.rollout.engine {engine}{picked} cannot; use engine hf or "
                               f"max_staleness 0")
         return schedule.describe()
 

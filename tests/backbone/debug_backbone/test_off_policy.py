@@ -55,7 +55,7 @@ def test_a_contradicting_schedule_and_another_engine_are_refused_at_dry_run(tmp_
     code, _, err = run_cli(base + ["astuner.trainer_common.off_policy.max_staleness=1",
                                    "astuner.rollout.engine=openai", "astuner.rollout.openai_base_url=http://x/v1"],
                            capsys)
-    assert code == 2 and "rollouts ahead of training run on an hf engine of their own" in err, err
+    assert code == 2 and "rollouts ahead of training run on hf engines of their own" in err, err
     code, out, err = run_cli(base + ["astuner.trainer_common.off_policy.max_staleness=1"], capsys)
     assert code == 0, err
     assert "off-policy: samples lag at most 1 version(s) (sync_interval 1, sync_offset 1" in out + err
