@@ -274,6 +274,7 @@ def test_trinity_defaults_and_weight_sync_are_taken_on_debug():
     assert "trinity" not in t.tree and not t.passed
     assert t.tree["astuner"]["trainer_common"]["off_policy"] == {"sync_interval": 1}
     assert t.tree["astuner"]["rollout"]["episode_retries"] == 2
+    assert translated({"explorer": {"max_retry_times": 0}}, backbone="verl")["astuner"]["rollout"]["episode_retries"] == 0
     # agentscope-samples' data_augment and learn_to_ask: their schedules run on debug as they mean on Trinity
     for sync in ({"sync_interval": 4}, {"sync_interval": 10}, {"sync_interval": 2, "sync_offset": 1}):
         tree = translated({"synchronizer": sync})

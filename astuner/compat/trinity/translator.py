@@ -344,7 +344,7 @@ class Translator(Tasksets):
             engines = g("explorer.rollout_model.engine_num")
             self.put("rollout.max_env_worker", g("explorer.runner_per_model") * engines * g("algorithm.repeat_times"))
         self.put("rollout.episode_timeout_s", g("explorer.max_timeout"))
-        if self.backbone == "debug":  # a failed episode run again, in a fresh environment (Trinity's default: 2)
+        if self.backbone != "trinity":  # a failed episode run again, in a fresh environment (Trinity's default: 2)
             self.put("rollout.episode_retries", g("explorer.max_retry_times"))
         for path in ("synchronizer.sync_interval", "synchronizer.sync_offset"):  # Trinity's schedule, its meaning
             if self.given(path):
