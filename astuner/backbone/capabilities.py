@@ -56,6 +56,9 @@ FEATURES = (
     Feature("stale_drop", "stale samples dropped instead of waited for",
             "astuner.trainer_common.off_policy.on_stale",
             lambda a: not _schedule(a).synchronous and a.trainer_common.off_policy.on_stale == "drop"),
+    Feature("short_group_train", "groups short of a failed episode trained as they are",
+            "astuner.rollout.short_group",
+            lambda a: a.rollout.short_group == "train" and a.rollout.failure_reward is None),
     Feature("mini_batches", "several optimizer steps per step", "astuner.trainer_common.mini_batch_num",
             lambda a: a.trainer_common.mini_batch_num != 1),
 )

@@ -307,8 +307,8 @@ class RolloutConfig:
         "drop", "A task whose episodes still failed after the retries: drop = its whole group leaves the step (its "
         "survivors' advantages would describe the episodes that did not fail), counted in rollout/short_groups; "
         "train = train its episodes that finished. A number in failure_reward trains the failed ones too (no group "
-        "is short then). verl and Trinity group episodes themselves: there a failed episode is trained as a reward-0 "
-        "row without trained tokens (verl) or leaves its group (Trinity).", choices=SHORT_GROUPS, backbones=DEBUG)
+        "is short then). The same on every backbone (Trinity: an experience operator; verl: its agent-loop "
+        "manager, where train is refused).", choices=SHORT_GROUPS)
     max_error_rate: float = key(0.5, "Stop the run when more than this fraction of one step's episodes fail.",
                                 ge=0, le=1)
     run_workflow_in_thread: bool = key(False, "Run each workflow in a thread of its own (for workflows that block "

@@ -25,6 +25,7 @@ ASKS = {
     "mini_batches": "astuner.trainer_common.mini_batch_num=2",
     "off_policy": "astuner.trainer_common.off_policy.max_staleness=1",
     "stale_drop": "astuner.trainer_common.off_policy={max_staleness: 1, on_stale: drop}",
+    "short_group_train": "astuner.rollout.short_group=train",
 }
 
 

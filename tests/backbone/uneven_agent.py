@@ -3,10 +3,13 @@ end-to-end tests: tasks whose number is a multiple of 3 fail on their row (they 
 sample, and the run names those tasks at its end), those one past a multiple of 3 first ask the model an unrelated
 question (a second context, so a second sample), the rest run as written; with an auxiliary model named
 `referee` (astuner.auxiliary_models), those two past a multiple of 3 first ask it whether the question is about
-numbers (a frozen second agent: its reply is never trained on). `RowlessWorkflow`: every task fails on its row."""
+numbers (a frozen second agent: its reply is never trained on). Where `ASTUNER_TEST_CLAIMS` names a folder, the first
+episode of each task two past a multiple of 3 to start raises (a crash, not a row problem: with
+rollout.episode_retries 0 its group is short of it). `RowlessWorkflow`: every task fails on its row."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -25,11 +28,23 @@ class UnevenWorkflow(CalcWorkflow):
             return workflow_task.task.metadata["environment_url"]  # not in the row: MissingField
         if number % 3 == 1:
             await model_tuner([{"role": "user", "content": "Name a number."}])
+        claims = os.environ.get("ASTUNER_TEST_CLAIMS")
+        if number % 3 == 2 and claims and first_to_claim(Path(claims) / workflow_task.task.task_id):
+            raise RuntimeError("the first episode of this task crashes")
         referee = workflow_task.auxiliary_models.get("referee")
         if number % 3 == 2 and referee is not None:
             reply = await referee([{"role": "user", "content": f"Is this about numbers? {workflow_task.task.main_query}"}])
             assert reply.content, "the referee gave no reply"
         return await super().execute(workflow_task, model_tuner)
+
+
+def first_to_claim(path: Path) -> bool:
+    """True for the one caller (over every process of the run) that creates `path`."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
 
 
 class RowlessWorkflow(CalcWorkflow):

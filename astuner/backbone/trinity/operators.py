@@ -7,7 +7,8 @@ experience per episode (`info.episode_uuid`) for the statistic, as the debug bac
 (`astuner.data.operators`), and are otherwise Trinity's operators: the same metrics, the same feedback to
 Trinity's task selector. `reward_filter` keeps or drops single experiences and is used unchanged.
 
-`StepPadding`, always last of these operators, makes every explorer step hand the trainer the same number of
+`ShortGroups`, always first, acts on the groups a failed episode left short (rollout.short_group), as the debug
+backbone's rollout manager does. `StepPadding`, always last of these operators, makes every explorer step hand the trainer the same number of
 experiences (see its docstring).
 """
 
@@ -21,6 +22,7 @@ from trinity.buffer.operators.mappers.pass_rate_calculator import PassRateCalcul
 from trinity.common.experience import EID, Experience
 
 PADDING_TASK = "astuner-padding"
+FAILED = "astuner_failed"  # info key of the one experience a failed, untrained episode hands Trinity (workflow.py)
 
 
 def one_per_episode(exps: list[Any]) -> list[Any]:
@@ -44,6 +46,24 @@ class EpisodeRewardSTDFilter(RewardSTDFilter):
         result = [exp for exp in exps if exp.eid.tid in groups]
         metrics["operator_filtered_count"] = len(exps) - len(result)
         return result, metrics
+
+
+class ShortGroups(ExperienceOperator):
+    """The groups (a task's episodes in one explorer step, `eid.tid`) that a failed episode left short of one:
+    `drop` = every experience of the group leaves the step (the survivors' advantages would describe the episodes
+    that did not fail); otherwise the survivors stay. The failed episodes' markers (`FAILED`) leave either way.
+    Metrics: `short_groups`, `dropped_short_groups` (a group whose every episode failed is short, never dropped:
+    nothing of it is trained)."""
+
+    def __init__(self, drop: bool = True):
+        self.drop = bool(drop)
+
+    def process(self, exps: list[Any]) -> tuple[list[Any], dict]:
+        short = {exp.eid.tid for exp in exps if exp.info.get(FAILED)}
+        survivors = {exp.eid.tid for exp in exps if not exp.info.get(FAILED)}
+        dropped = short & survivors if self.drop else set()
+        kept = [exp for exp in exps if not exp.info.get(FAILED) and exp.eid.tid not in dropped]
+        return kept, {"short_groups": len(short), "dropped_short_groups": len(dropped)}
 
 
 class StepPadding(ExperienceOperator):

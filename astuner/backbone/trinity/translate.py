@@ -33,6 +33,7 @@ KL_LOSS_FNS = {"low_var_kl": "low_var_kl", "kl": "k1"}
 OPERATORS = {"pass_rate_calculator": "astuner.backbone.trinity.operators.EpisodePassRateCalculator",
              "reward_std_filter": "astuner.backbone.trinity.operators.EpisodeRewardSTDFilter"}
 PADDING = "astuner.backbone.trinity.operators.StepPadding"
+SHORT_GROUPS = "astuner.backbone.trinity.operators.ShortGroups"
 
 
 def taskset(name: str, path: Path, split: str, run: RunConfig, mode: str) -> dict[str, Any]:
@@ -222,9 +223,12 @@ def translate_to_trinity(run: RunConfig, root: Path, model_path: Optional[str] =
         raise ConfigError(f"backbone trinity: trinity.buffer.train_batch_size {size} is below what one explorer "
                           f"step can yield ({step_experiences(run)} = astuner.data.train_batch_size × "
                           f"rollout.num_repeat × rollout.multi_turn.max_sample_per_task); remove it")
+    # first the groups a failed episode left short (rollout.short_group; the failed episodes' markers leave
+    # whatever else the trinity: subtree set), last the padding
     operators = list(translated["data_processor"]["experience_pipeline"].get("operators") or [])
-    operators.append({"name": PADDING, "args": {"size": size}})
-    translated["data_processor"]["experience_pipeline"]["operators"] = operators
+    short = {"name": SHORT_GROUPS, "args": {"drop": ro.short_group == "drop"}}
+    translated["data_processor"]["experience_pipeline"]["operators"] = [short, *operators,
+                                                                        {"name": PADDING, "args": {"size": size}}]
     return translated
 
 

@@ -17,6 +17,7 @@ from trinity.common.workflows.workflow import Workflow as TrinityWorkflow
 from astuner.backbone.run_health import report
 from astuner.backbone.runtime import cached_tokenizer, load_saved_run, task_from_row
 from astuner.backbone.trinity.engine import TrinityEngine
+from astuner.backbone.trinity.operators import FAILED
 from astuner.model.auxiliary import config_auxiliary_models, served_locally
 from astuner.model.engines.openai_engine import OpenAIClientEngine
 from astuner.rollout.manager import EpisodeResult, RolloutManager
@@ -24,19 +25,27 @@ from astuner.rollout.manager import EpisodeResult, RolloutManager
 
 def episode_to_experiences(episode: EpisodeResult) -> list[Any]:
     """One Experience per sample: tokens = prompt + response part, action_mask = loss mask (1 on tokens
-    the model generated), log-probs over the response part, the episode's reward."""
+    the model generated), log-probs over the response part, the episode's reward. A failed episode that is not
+    trained (rollout.failure_reward null) is one marker that trains nothing (`FAILED`, a one-token response with
+    no loss mask): its group is short of it, which `operators.ShortGroups` acts on (rollout.short_group), and
+    Trinity's rollout metrics count it (reward 0, failed 1) as the debug backbone's do."""
+    metrics = {"reward": float(episode.reward), "is_success": float(episode.is_success),
+               "failed": float(episode.failed), "mad": float(bool(episode.mad_reasons)),
+               "calls": float(len(episode.recorder.calls)),
+               "tool_parse_failures": float(episode.tool_parse_failures), **episode.metrics}
+    info = {"task_id": episode.task.task_id, "episode_uuid": episode.episode_uuid, "error": episode.error,
+            "madness": list(episode.mad_reasons)}
+    if episode.failed and not episode.samples:
+        return [Experience(eid=EID(step=0), tokens=[0, 0], prompt_length=1, logprobs=[0.0], action_mask=[False],
+                           reward=0.0, info={**info, FAILED: True, "num_calls": 0, "truncated": False},
+                           metrics=dict(metrics))]
     out = []
     for step, sample in enumerate(episode.samples):
-        metrics = {"reward": float(episode.reward), "is_success": float(episode.is_success),
-                   "failed": float(episode.failed), "mad": float(bool(episode.mad_reasons)),
-                   "calls": float(len(episode.recorder.calls)),
-                   "tool_parse_failures": float(episode.tool_parse_failures), **episode.metrics}
         out.append(Experience(
             eid=EID(step=step), tokens=sample.input_ids, prompt_length=sample.prompt_length,
             logprobs=sample.logprobs, action_mask=[bool(m) for m in sample.loss_mask], reward=float(sample.reward),
-            info={"task_id": sample.task_id, "episode_uuid": sample.episode_uuid, "num_calls": sample.num_calls,
-                  "truncated": sample.truncated, "error": episode.error, "madness": list(episode.mad_reasons)},
-            metrics=metrics))
+            info={**info, "num_calls": sample.num_calls, "truncated": sample.truncated},
+            metrics=dict(metrics)))
     return out
 
 

@@ -35,7 +35,7 @@ from astuner.model.engines.base import GenerateResult, SamplingParams
 from astuner.rollout.manager import EpisodeResult, RolloutManager
 
 EXTRA_KEYS = ("is_success", "failed", "mad", "num_samples", "dropped_samples", "truncated", "tool_parse_failures",
-              "auxiliary_calls")
+              "auxiliary_calls", "group_dropped")
 
 
 class VerlServerEngine:
@@ -71,7 +71,8 @@ def episode_to_output(episode: EpisodeResult, prompt_length: int, response_lengt
              "mad": float(bool(episode.mad_reasons)), "num_samples": float(len(episode.samples)),
              "dropped_samples": float(max(0, len(episode.samples) - 1)), "truncated": 0.0,
              "tool_parse_failures": float(episode.tool_parse_failures),
-             "auxiliary_calls": float(episode.metrics.get("auxiliary_calls", 0.0))}
+             "auxiliary_calls": float(episode.metrics.get("auxiliary_calls", 0.0)),
+             "group_dropped": 0.0}  # 1 when its group was short of a failed episode (short_groups.py)
     if not episode.samples:
         return AgentLoopOutput(prompt_ids=fallback_prompt[-prompt_length:], response_ids=[fallback_token],
                                response_mask=[0], response_logprobs=[0.0], reward_score=float(episode.reward),

@@ -232,6 +232,8 @@ class VerlBackbone:
         "off_policy": "the verl backbone runs verl's synchronous PPO trainer; verl 0.9's asynchronous one (trainer.v1 "
                       "with TransferQueue) is not wired to astuner's agent loop yet",
         "stale_drop": "the verl backbone trains synchronously (nothing is ever stale)",
+        "short_group_train": "verl takes one output per episode and its GRPO counts every one in the group's mean "
+                             "and std, a failed episode's reward-0 stand-in too; its short groups are dropped",
     }
     uses_ray = True
     records_tokens = False

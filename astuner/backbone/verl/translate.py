@@ -24,6 +24,7 @@ from astuner.task_reader import has_validation
 
 AGENT_NAME = "astuner_agent"
 AGENT_LOOP_TARGET = "astuner.backbone.verl.agent_loop.AstunerAgentLoop"
+SHORT_GROUPS_MANAGER = "astuner.backbone.verl.short_groups.ShortGroupsAgentLoopManager"
 CPU_PLATFORM_MODULE = "astuner.backbone.verl.cpu_platform"
 TRACKERS_MODULE = "astuner.backbone.verl.trackers"
 
@@ -180,6 +181,8 @@ def translate_to_verl(run: RunConfig, root: Path, model_path: Optional[str] = No
                                                  min(ro.max_env_worker, 2 if cpu else 8)),
                     "default_agent_loop": AGENT_NAME,
                     "agent_loop_config_path": str(root / "verl_agent_loops.yaml"),
+                    # verl's manager, which also drops the groups a failed episode left short (short_groups.py)
+                    "agent_loop_manager_class": SHORT_GROUPS_MANAGER,
                 },
             },
         },

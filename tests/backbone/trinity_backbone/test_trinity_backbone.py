@@ -265,6 +265,41 @@ def test_every_explorer_step_fills_exactly_one_trainer_step(tmp_path, tiny_model
     assert cfg.algorithm.advantage_fn_args["std_threshold"] is None
 
 
+@pytest.mark.parametrize("short_group", ["drop", "train"])
+def test_a_group_short_of_a_failed_episode_leaves_the_step_whole(tmp_path, tiny_model_dir, gsm8k_dir, monkeypatch,
+                                                                 short_group):
+    """rollout.short_group on Trinity: a failed episode hands Trinity one marker that trains nothing (our
+    workflow's `episode_to_experiences`); our first operator takes the marker's whole group out of the step (drop)
+    or the marker alone (train), before the advantage fn and the padding."""
+    from trinity.common.experience import EID
+
+    from astuner.backbone.trinity.workflow import episode_to_experiences
+    from astuner.rollout.manager import EpisodeResult
+    from astuner.schema import Task
+
+    monkeypatch.chdir(REPO_ROOT)
+    cfg, _, _ = trinity_loss(tmp_path, tiny_model_dir, gsm8k_dir, "astuner.data.train_batch_size=2",
+                             "astuner.rollout.num_repeat=2", "astuner.rollout.multi_turn.max_sample_per_task=2",
+                             f"astuner.rollout.short_group={short_group}",
+                             "astuner.trainer_common.algorithm.drop_zero_variance_groups=false")
+    failed = EpisodeResult(task=Task(task_id="t1", main_query="q"), repeat_index=0, episode_uuid="c", failed=True,
+                           error="the environment is unreachable")
+    (marker,) = episode_to_experiences(failed)
+    assert marker.reward == 0.0 and not marker.action_mask.any() and marker.metrics["failed"] == 1.0
+    marker.eid = EID(batch=1, task=1, run=0)  # as Trinity's runner names it: task 1's first run
+    step = [exp for exp in uneven_step() if exp.info["episode_uuid"] != "c"] + [marker]
+    exps, metrics = pipeline_step(cfg, step)
+    real = sorted(exp.info["episode_uuid"] for exp in exps if not exp.info.get("astuner_padding"))
+    assert len(exps) == 8 and metrics["short_groups"] == 1
+    if short_group == "drop":
+        assert real == ["a", "b"] and metrics["dropped_short_groups"] == 1
+    else:
+        assert real == ["a", "b", "d", "d"] and metrics["dropped_short_groups"] == 0
+    assert cfg.data_processor.experience_pipeline.operators[0].name.endswith("ShortGroups")
+    assert not episode_to_experiences(EpisodeResult(task=Task(task_id="t2", main_query="q"), repeat_index=0,
+                                                    episode_uuid="x"))  # no call, no failure: nothing
+
+
 def test_trinity_step_size_below_what_a_step_yields_is_refused(tmp_path, tiny_model_dir, gsm8k_dir, monkeypatch):
     from astuner.errors import ConfigError
 

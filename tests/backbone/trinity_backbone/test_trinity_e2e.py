@@ -41,8 +41,8 @@ class BrokenWorkflow(Workflow):
 '''
 
 
-def astuner(tmp, *args, timeout=900):
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+def astuner(tmp, *args, timeout=900, **extra_env):
+    env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, **extra_env}
     return subprocess.run([sys.executable, "-m", "astuner", "--conf", str(CONF), "--backbone", "trinity", "--with-ray",
                            "--exp-dir", str(tmp / "runs"), "astuner.trainer_common.device=cpu", *args],
                           cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
@@ -136,7 +136,9 @@ def test_trinity_trains_steps_whose_episodes_yield_0_1_or_2_samples(tmp_path):
                    "astuner.trainer_common.algorithm.drop_zero_variance_groups=false",
                    "+trinity.buffer.trainer_input.experience_buffer.max_read_timeout=60",
                    # Trinity's wandb monitor, offline in the run folder (its scalars are read back below)
-                   "astuner.trainer_common.logger=[console,wandb]")
+                   "astuner.trainer_common.logger=[console,wandb]",
+                   # the first episode of a task two past a multiple of 3 crashes, not run again: a short group
+                   "astuner.rollout.episode_retries=0", ASTUNER_TEST_CLAIMS=str(tmp_path))
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     # the tasks whose rows failed every episode, named at the run's end in one line (the run's health actor)
     summary = [line for line in proc.stderr.splitlines() if "skipped: every episode failed on its row" in line]
@@ -150,7 +152,17 @@ def test_trinity_trains_steps_whose_episodes_yield_0_1_or_2_samples(tmp_path):
     assert referee["name"] == "referee" and referee["model_path"] == str(tmp_path / "model")
     assert trinity["cluster"]["gpu_per_node"] == 3
     assert not (root / "tensorboard" / "explorer").exists()  # the one tracker Trinity logs to is wandb
-    produced = [exp for _, exp in experiences(root / "trajectories" / "explorer_output.db", table="pipeline_input")]
+    explored = [exp for _, exp in experiences(root / "trajectories" / "explorer_output.db", table="pipeline_input")]
+    # a failed episode hands Trinity one marker that trains nothing (its reward 0 in the rollout metrics)
+    failed = [exp for exp in explored if exp.info.get("astuner_failed")]
+    produced = [exp for exp in explored if not exp.info.get("astuner_failed")]
+    assert all(exp.metrics["failed"] == 1.0 and exp.reward == 0.0 and not any(exp.action_mask) for exp in failed)
+    crashed = {exp.eid.tid for exp in failed if int(exp.info["task_id"].rsplit("-", 1)[-1]) % 3 == 2}
+    assert crashed and all(int(exp.info["task_id"].rsplit("-", 1)[-1]) % 3 in (0, 2) for exp in failed)
+    # the crashed episodes' groups, short of one, left the step whole (our ShortGroups operator, first)
+    dropped = {exp.eid.tid for exp in produced} & crashed
+    assert dropped, "no group kept a survivor of a crashed episode"
+    trained = [exp for exp in produced if exp.eid.tid not in dropped]
     # each episode's calls of the referee: the judge's (when the rule said no) and, on a task two past a multiple
     # of 3, the workflow's second agent's
     for exp in produced:
@@ -161,14 +173,14 @@ def test_trinity_trains_steps_whose_episodes_yield_0_1_or_2_samples(tmp_path):
     for exp in produced:
         per_episode.setdefault(exp.info["episode_uuid"], []).append(exp)
     numbers = {int(exp.info["task_id"].rsplit("-", 1)[-1]) for exp in produced}
-    assert numbers and all(n % 3 for n in numbers)  # failed episodes gave no experience
+    assert numbers and all(n % 3 for n in numbers)  # a task failed on its row: only markers
     skipped = {int(n) for n in re.findall(r"'train-(\d+)'", summary[0])}  # the first three named
     assert skipped and all(n % 3 == 0 for n in skipped)
     assert len(per_episode) < 3 * 4 * 2  # and some failed (the task order is the seeded shuffle's)
     assert any(len(exps) == 2 for exps in per_episode.values())  # a task one past a multiple of 3: two samples
     # what reaches the trainer: each step's experiences, all of them (drop_zero_variance_groups is off here, so
     # that the entropy bonus moves the adapter at every step), padded to the step's upper bound
-    kept = {step: sum(exp.info["model_version"] == step - 1 for exp in produced) for step in (1, 2, 3)}
+    kept = {step: sum(exp.info["model_version"] == step - 1 for exp in trained) for step in (1, 2, 3)}
 
     runs = {name: {key: dict(points) for key, points in found.items()} for name, found in wandb_runs(root).items()}
     assert set(runs) == {"uneven_explorer", "uneven_trainer"}, set(runs)  # Trinity's {name}_{role} runs
@@ -176,6 +188,8 @@ def test_trinity_trains_steps_whose_episodes_yield_0_1_or_2_samples(tmp_path):
     assert explorer["rollout/model_version"] == {1: 0, 2: 1, 3: 2}  # each step on the previous update
     padding = explorer["experience_pipeline/padding"]  # 4 tasks × 2 episodes × max_sample_per_task 2
     assert padding == {step: 16 - n for step, n in kept.items()}
+    assert sum(explorer["experience_pipeline/dropped_short_groups"].values()) == len(dropped)
+    assert sum(explorer["experience_pipeline/short_groups"].values()) == len({exp.eid.tid for exp in failed})
     assert set(trainer["actor/grad_norm"]) == {1, 2, 3}
     assert (root / "checkpoints" / "tool_cpu" / "uneven" / "global_step_3" / "actor").is_dir()
     # LoRA: the rollouts after a trainer step were sampled with the adapter that step trained (its checkpoint's

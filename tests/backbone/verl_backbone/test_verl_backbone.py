@@ -265,6 +265,39 @@ def test_one_output_per_episode_with_the_same_extra_keys_and_capped_lengths():
     assert long.extra_fields["reward_extra_info"]["truncated"] == 1.0
 
 
+def test_a_group_short_of_a_failed_episode_leaves_verls_loss(monkeypatch):
+    """Our subclass of verl's AgentLoopManager, called as verl's trainer calls its own (no await): after verl's
+    manager gathered the episodes, a training group with a failed episode and a survivor has every row's
+    response_mask at 0 and marked group_dropped; a group whose every episode failed, and validation rows, stay."""
+    import numpy as np
+    import torch
+    from verl import DataProto
+    from verl.experimental.agent_loop.agent_loop import AgentLoopManager
+
+    from astuner.backbone.verl.short_groups import ShortGroupsAgentLoopManager
+    from astuner.backbone.verl.translate import MODE_KEY
+
+    uids = ["a", "a", "b", "b", "c", "c", "v", "v"]
+    modes = ["train"] * 6 + ["val"] * 2
+    failed = [0.0, 1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0]
+    prompts = DataProto.from_dict(non_tensors={"uid": np.array(uids, dtype=object),
+                                               "extra_info": np.array([{MODE_KEY: m} for m in modes], dtype=object)})
+    gathered = DataProto.from_dict(tensors={"response_mask": torch.ones(8, 3, dtype=torch.int64)},
+                                   non_tensors={"failed": np.array(failed), "group_dropped": np.zeros(8)},
+                                   meta_info={"timing": {}})
+
+    async def verls_own(self, batch):
+        assert batch is prompts
+        return gathered
+
+    monkeypatch.setattr(AgentLoopManager, "generate_sequences", verls_own)
+    manager = ShortGroupsAgentLoopManager.__new__(ShortGroupsAgentLoopManager)
+    out = manager.generate_sequences(prompts)
+    assert out.batch["response_mask"].sum(-1).tolist() == [0, 0, 3, 3, 3, 3, 3, 3]
+    assert out.non_tensor_batch["group_dropped"].tolist() == [1, 1, 0, 0, 0, 0, 0, 0]
+    assert out.meta_info["timing"] == {"astuner/short_groups": 2.0, "astuner/dropped_short_groups": 1.0}
+
+
 def test_a_reply_that_fills_max_tokens_without_a_stop_token_is_cut():
     from astuner.backbone.verl.agent_loop import VerlServerEngine
     from astuner.model.engines.base import SamplingParams
