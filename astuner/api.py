@@ -212,7 +212,7 @@ def model_keys(model: TunerModelConfig) -> dict[str, Any]:
 def algorithm_keys(algorithm: AlgorithmConfig, validates: bool) -> dict[str, Any]:
     """The astuner keys `algorithm` sets (`eval_interval_steps` only where there is a validation set)."""
     from astuner.backbone.translate_common import deep_merge
-    from astuner.config.schema import ESTIMATORS
+    from astuner.config.schema_trainer import ESTIMATORS
 
     if algorithm.algorithm_type not in ESTIMATORS:
         raise UserError(f"AlgorithmConfig.algorithm_type {algorithm.algorithm_type!r} is not supported; use "
@@ -263,7 +263,7 @@ def monitor_logger(monitor_type: Optional[str]) -> dict[str, Any]:
     trainer_common.logger."""
     if monitor_type is None:
         return {}
-    from astuner.config.schema import LOGGERS
+    from astuner.config.schema_trainer import LOGGERS
 
     choices = tuple(name for name in LOGGERS if name != "console")
     if monitor_type not in choices:

@@ -23,26 +23,25 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agentscope.agent import ReActAgent
-from agentscope.formatter import OpenAIChatFormatter
-from agentscope.memory import InMemoryMemory
-from agentscope.message import Msg, TextBlock
+from agentscope.message import TextBlock
 from agentscope.tool import ToolResponse, Toolkit
 
-from astuner import ModelTuner, Workflow, WorkflowOutput, WorkflowTask
+from astuner import WorkflowTask
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tutorial" / "example_agent_cpu"))
+from sensor_agent import SensorWorkflow  # noqa: E402  the main job's agent
+
 CONF = "tutorial/example_agent_cpu/sensor_agent.yaml"
 MEAN_S, SIGMA = 0.3, 1.5  # lognormal: mean exp(mu + sigma^2 / 2) = 0.3 s; p99 exp(mu + 2.326 sigma) = 3.2 s
 MU = math.log(MEAN_S) - SIGMA ** 2 / 2
 TOLERANCE = 0.05
-SYSTEM_PROMPT = "Call read_sensor, then answer in \\boxed{}."  # the main job's
 
 
-class SlowSensorWorkflow(Workflow):
+class SlowSensorWorkflow(SensorWorkflow):
     """The main job's agent (tutorial/example_agent_cpu/sensor_agent.py) with a tool that takes its time."""
 
-    async def execute(self, workflow_task: WorkflowTask, model_tuner: ModelTuner) -> WorkflowOutput:
+    def toolkit(self, workflow_task: WorkflowTask) -> Toolkit:
         reading = workflow_task.task.metadata["reading"]
         latency = random.Random(workflow_task.episode_uuid).lognormvariate(MU, SIGMA)
 
@@ -53,11 +52,7 @@ class SlowSensorWorkflow(Workflow):
 
         toolkit = Toolkit()
         toolkit.register_tool_function(read_sensor)
-        agent = ReActAgent(name="sensor_agent", sys_prompt=SYSTEM_PROMPT, model=model_tuner,
-                           formatter=OpenAIChatFormatter(), toolkit=toolkit, memory=InMemoryMemory(), max_iters=3)
-        agent.set_console_output_enabled(False)
-        result = await agent.reply(Msg("user", workflow_task.task.main_query, role="user"))
-        return WorkflowOutput(reward=None, metadata={"final_answer": result.get_text_content() or ""})
+        return toolkit
 
 
 def run(k: int, steps: int, exp_dir: Path) -> dict:

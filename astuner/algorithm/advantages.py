@@ -16,7 +16,7 @@ from typing import Sequence
 
 from astuner.schema import Sample
 
-from astuner.config.schema import ESTIMATORS  # declared with trainer_common.algorithm.adv_estimator
+from astuner.config.schema_trainer import ESTIMATORS  # declared with trainer_common.algorithm.adv_estimator
 
 
 def normalise(values: Sequence[float], norm_by_std: bool, eps: float = 1e-6) -> list[float]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from astuner.config.schema import AGG_MODES, KL_TYPES  # declared with their keys
+from astuner.config.schema_trainer import AGG_MODES, KL_TYPES  # declared with their keys
 
 
 def ppo_clip_loss(logp: Any, old_logp: Any, advantages: Any, clip_low: float, clip_high: float,

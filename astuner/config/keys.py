@@ -1,4 +1,4 @@
-"""How a config key is declared: once, in `schema.py`, as a dataclass field made by `key()` (or `section()`).
+"""How a config key is declared: once, in `schema.py` (or `schema_trainer.py`), as a dataclass field made by `key()` (or `section()`).
 
 The declaration holds the key's type (the field's annotation), default, help text, allowed values, bounds, the
 rule it must follow, and the backbones that read it. From it come the default YAML and its comments, the
@@ -17,6 +17,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
 ALL_BACKBONES = ("debug", "verl", "trinity")
+# the backbones a key is read by (`key(backbones=...)`)
+DEBUG, VERL, TRINITY = ("debug",), ("verl",), ("trinity",)
+DISTRIBUTED = ("verl", "trinity")
+NOT_VERL = ("debug", "trinity")  # verl samples tasks, keeps episodes and groups by its own rules
+NOT_TRINITY = ("debug", "verl")
 
 
 @dataclass(frozen=True)

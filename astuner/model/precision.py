@@ -12,7 +12,6 @@ from __future__ import annotations
 from contextlib import nullcontext
 from typing import Any
 
-from astuner.config.schema import DTYPES  # declared with trainer_common.dtype
 
 
 def compute_dtype(setting: str, device: str) -> str:

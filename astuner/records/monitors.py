@@ -20,7 +20,6 @@ from typing import Any
 
 from astuner.errors import ConfigError
 
-from astuner.config.schema import LOGGERS  # declared with trainer_common.logger
 PACKAGES = {"wandb": "wandb", "swanlab": "swanlab", "mlflow": "mlflow"}
 
 

@@ -3,9 +3,10 @@ end-to-end tests: tasks whose number is a multiple of 3 fail on their row (they 
 sample, and the run names those tasks at its end), those one past a multiple of 3 first ask the model an unrelated
 question (a second context, so a second sample), the rest run as written; with an auxiliary model named
 `referee` (astuner.auxiliary_models), those two past a multiple of 3 first ask it whether the question is about
-numbers (a frozen second agent: its reply is never trained on). Where `ASTUNER_TEST_CLAIMS` names a folder, the first
-episode of each task two past a multiple of 3 to start raises (a crash, not a row problem: with
-rollout.episode_retries 0 its group is short of it). `RowlessWorkflow`: every task fails on its row."""
+numbers (a frozen second agent: its reply is never trained on). Where `ASTUNER_TEST_CLAIMS` names a folder, the
+`ASTUNER_TEST_CRASH_NTH`-th episode (default the first, over every process of the run; a warm start's run first) of
+each task two past a multiple of 3 to start raises (a crash, not a row problem: with rollout.episode_retries 0 its
+group is short of it). `RowlessWorkflow`: every task fails on its row."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ class UnevenWorkflow(CalcWorkflow):
         if number % 3 == 1:
             await model_tuner([{"role": "user", "content": "Name a number."}])
         claims = os.environ.get("ASTUNER_TEST_CLAIMS")
-        if number % 3 == 2 and claims and first_to_claim(Path(claims) / workflow_task.task.task_id):
+        nth = int(os.environ.get("ASTUNER_TEST_CRASH_NTH", "1"))
+        if number % 3 == 2 and claims and ordinal(Path(claims) / workflow_task.task.task_id) == nth:
             raise RuntimeError("the first episode of this task crashes")
         referee = workflow_task.auxiliary_models.get("referee")
         if number % 3 == 2 and referee is not None:
@@ -38,13 +40,15 @@ class UnevenWorkflow(CalcWorkflow):
         return await super().execute(workflow_task, model_tuner)
 
 
-def first_to_claim(path: Path) -> bool:
-    """True for the one caller (over every process of the run) that creates `path`."""
-    try:
-        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-    except FileExistsError:
-        return False
-    return True
+def ordinal(path: Path) -> int:
+    """n when this is the n-th call for `path` (over every process of the run): the first `path.<n>` it creates."""
+    n = 1
+    while True:
+        try:
+            os.close(os.open(f"{path}.{n}", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            return n
+        except FileExistsError:
+            n += 1
 
 
 class RowlessWorkflow(CalcWorkflow):

@@ -30,10 +30,13 @@ SYSTEM_PROMPT = "Call read_sensor, then answer in \\boxed{}."
 class SensorWorkflow(Workflow):
     name: str = "sensor_workflow"
 
+    def toolkit(self, workflow_task: WorkflowTask) -> Toolkit:
+        return sensor_toolkit(workflow_task.task.metadata["reading"])
+
     async def execute(self, workflow_task: WorkflowTask, model_tuner: ModelTuner) -> WorkflowOutput:
-        toolkit = sensor_toolkit(workflow_task.task.metadata["reading"])
         agent = ReActAgent(name="sensor_agent", sys_prompt=SYSTEM_PROMPT, model=model_tuner,
-                           formatter=OpenAIChatFormatter(), toolkit=toolkit, memory=InMemoryMemory(), max_iters=3)
+                           formatter=OpenAIChatFormatter(), toolkit=self.toolkit(workflow_task),
+                           memory=InMemoryMemory(), max_iters=3)
         agent.set_console_output_enabled(False)
         result = await agent.reply(Msg("user", workflow_task.task.main_query, role="user"))
         return WorkflowOutput(reward=None, metadata={"final_answer": result.get_text_content() or ""})

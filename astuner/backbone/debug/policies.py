@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from astuner.config.schema import TrainerCommonConfig
+from astuner.config.schema_trainer import TrainerCommonConfig
 
 
 @dataclass

@@ -13,7 +13,7 @@ import math
 from typing import Any, Optional, Sequence
 
 from astuner.algorithm.losses import aggregate, kl_penalty, ppo_clip_loss
-from astuner.config.schema import TrainerCommonConfig
+from astuner.config.schema_trainer import TrainerCommonConfig
 from astuner.model.precision import compute_dtype
 from astuner.schema import Sample
 from astuner.backbone.debug.batching import collate, response_logprobs, split_by_budget

@@ -158,7 +158,7 @@ def test_truncated_importance_weight_scales_the_loss_and_is_capped(tiny_model_di
     import math
 
     from astuner.backbone.debug.policy import PolicyTrainer
-    from astuner.config.schema import TrainerCommonConfig
+    from astuner.config.schema_trainer import TrainerCommonConfig
     from tests.backbone.debug_backbone.test_policy import rollout_samples
 
     model, samples = rollout_samples(tiny_model_dir, tokenizer)

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 import torch
 
-from astuner.config.schema import TrainerCommonConfig
+from astuner.config.schema_trainer import TrainerCommonConfig
 from astuner.model.engines.base import SamplingParams
 from astuner.model.engines.hf import HFEngine
 from astuner.schema import Sample

@@ -137,8 +137,9 @@ def test_trinity_trains_steps_whose_episodes_yield_0_1_or_2_samples(tmp_path):
                    "+trinity.buffer.trainer_input.experience_buffer.max_read_timeout=60",
                    # Trinity's wandb monitor, offline in the run folder (its scalars are read back below)
                    "astuner.trainer_common.logger=[console,wandb]",
-                   # the first episode of a task two past a multiple of 3 crashes, not run again: a short group
-                   "astuner.rollout.episode_retries=0", ASTUNER_TEST_CLAIMS=str(tmp_path))
+                   # a task two past a multiple of 3: its first episode in training (the warm start's is its
+                   # first) crashes, not run again: a short group
+                   "astuner.rollout.episode_retries=0", ASTUNER_TEST_CLAIMS=str(tmp_path), ASTUNER_TEST_CRASH_NTH="2")
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     # the tasks whose rows failed every episode, named at the run's end in one line (the run's health actor)
     summary = [line for line in proc.stderr.splitlines() if "skipped: every episode failed on its row" in line]
