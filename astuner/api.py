@@ -289,12 +289,14 @@ def _load_composed(tree: dict[str, Any], config_path: Optional[str], translation
             run = load_run_config(staged)
         except UserError as exc:
             # the staged file is gone: say what the config came from (and, for a Trinity config, which of its
-            # keys the refused astuner keys came from), on one line
-            text = "; ".join(re.sub(rf"^{re.escape(str(staged))}(:\d+)?: ", "", line)
-                             for line in str(exc).splitlines())
+            # keys the refused astuner keys came from); one problem on one line, several as a count and one per line
+            lines = [re.sub(rf"^{re.escape(str(staged))}(:\d+)?: ", "", line) for line in str(exc).splitlines()]
+            lines = lines if config_path or translation is not None else [as_tune_arguments(x) for x in lines]
             if translation is None:
-                raise type(exc)(f"{text if config_path else as_tune_arguments(text)} (in the config tune() composed "
-                                f"from {config_path or 'its arguments'})") from None
+                origin = f"in the config tune() composed from {config_path or 'its arguments'}"
+                raise type(exc)(f"{lines[0]} ({origin})" if len(lines) == 1 else
+                                f"{len(lines)} problems {origin}:" + "".join(f"\n  - {x}" for x in lines)) from None
+            text = lines[0] if len(lines) == 1 else f"{len(lines)} problems:" + "".join(f"\n  - {x}" for x in lines)
             raise _from_trinity(type(exc), text, config_path) from None
     roots = [Path(config_path).absolute().parent] if config_path else []
     roots.append(root_parent.absolute())

@@ -161,7 +161,7 @@ def preflight(run_config: Any, exp_dir: Path, offline: bool, backbone: Any = Non
     if own.sound("astuner.trainer_common.logger"):
         own.attempt(check_installed, cfg.trainer_common.logger)
     offline = offline or bool(own)  # a run refused already is not kept waiting for the hub: checked offline
-    notes: list[str] = []
+    notes: list[str] = list(run_config.notes)  # the seed system's keys, as read
     if own.sound("astuner.task_reader"):
         notes.append(own.attempt(check_tasks, cfg, roots, offline)[1] or "")
     model_ok = own.sound("astuner.model", "astuner.auxiliary_models", "astuner.policies")

@@ -1,11 +1,13 @@
-"""The `Workflow` base class users subclass to wrap their agent."""
+"""The `Workflow` base class users subclass to wrap their agent (with `WorkflowTask` and `WorkflowOutput`, which the
+seed system's files import from here)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Optional
+from typing import Any, ClassVar, Optional
 
-if TYPE_CHECKING:  # pragma: no cover
-    from astuner.schema import WorkflowOutput, WorkflowTask
+from astuner.schema import WorkflowOutput, WorkflowTask
+
+__all__ = ["Workflow", "WorkflowOutput", "WorkflowTask"]
 
 
 class Workflow:

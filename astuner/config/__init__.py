@@ -21,6 +21,8 @@ class RunConfig:
     # where relative plug-in files/modules and data paths are looked up when not found from the cwd:
     # the config file's folder, then each of its parents
     extra_roots: list[Path] = field(default_factory=list)
+    # what the file's keys of the seed system's template were read as (config/seed_keys.py): one line each
+    notes: list[str] = field(default_factory=list)
 
 
 def load_run_config(conf_path: Path | str, overrides: Optional[list[str]] = None,
@@ -29,9 +31,11 @@ def load_run_config(conf_path: Path | str, overrides: Optional[list[str]] = None
     validation's problems are kept there instead (and the keys refused: a refused value is left at its default),
     so that the checks that follow report theirs too; a config that cannot be composed still raises."""
     from astuner.config.compose import compose_config
+    from astuner.config.seed_keys import translate
     from astuner.config.validate import check_astuner_tree, validate_astuner_tree
 
     composed = compose_config(conf_path, overrides)
+    notes = translate(composed.merged)
     if found is None:
         cfg = validate_astuner_tree(composed.merged.get("astuner"), composed.source)
     else:
@@ -42,4 +46,4 @@ def load_run_config(conf_path: Path | str, overrides: Optional[list[str]] = None
     composed.merged["astuner"]["experiment_name"] = name
     conf_dir = composed.conf_path.parent
     return RunConfig(conf_path=composed.conf_path, merged=composed.merged, astuner=cfg, experiment_name=name,
-                     extra_roots=[conf_dir, *conf_dir.parents])
+                     extra_roots=[conf_dir, *conf_dir.parents], notes=notes)

@@ -17,6 +17,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from astuner.config.seed_keys import DEFAULTS_NAMES
 from astuner.config.source_map import SourceMap
 from astuner.errors import ConfigError
 
@@ -231,6 +232,8 @@ def compose_config(conf_path: Path | str, overrides: list[str] | None = None) ->
         defaults = list(STANDARD_DEFAULTS)
     elif not isinstance(defaults, list):
         raise ConfigError(f"{src.where('defaults')}: defaults must be a list such as {STANDARD_DEFAULTS}")
+    else:  # the seed system's name of astuner's defaults (seed_keys.py)
+        defaults = [DEFAULTS_NAMES.get(entry, entry) if isinstance(entry, str) else entry for entry in defaults]
     hydra_node = primary.pop("hydra", None) or {}
     if not isinstance(hydra_node, dict):
         raise ConfigError(f"{src.where('hydra')}: hydra must be a mapping")

@@ -18,6 +18,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Optional, Sequence
 
+from astuner.config.moved import moved
 from astuner.config.paths import find_user_path, tried_paths
 from astuner.errors import PluginError
 
@@ -50,6 +51,10 @@ def _import_failure(spec: str, key: str, what: str, exc: BaseException) -> Plugi
     if isinstance(exc, SyntaxError) and exc.filename:  # the user's file and line, not the import machinery's
         where = f" at {exc.filename}:{exc.lineno}"
         exc = SyntaxError(exc.msg)
+    instead = moved(exc.name or "") if isinstance(exc, ModuleNotFoundError) else None
+    if instead:
+        return PluginError(f"{key}: importing {what} for {spec!r} failed{where}: astuner has no module '{exc.name}' "
+                           f"(a name of the seed system's or an older layout): {instead}")
     return PluginError(f"{key}: importing {what} for {spec!r} failed{where}: {type(exc).__name__}: {exc}")
 
 
@@ -93,6 +98,10 @@ def _import_module(target: str, spec: str, key: str, extra_roots: Sequence[Path]
                               f"beside the config; "
                               f"check the spelling, run from the folder that holds it, or name the file as "
                               f"'path/to/file.py->Name'") from None
+        instead = moved(missing)
+        if instead:
+            raise PluginError(f"{key}: module '{target}' of {spec!r} imports '{missing}', which astuner does not "
+                              f"have (a name of the seed system's or an older layout): {instead}") from None
         raise PluginError(f"{key}: module '{target}' of {spec!r} imports '{missing}', which is not installed; "
                           f"install it into this environment") from None
     except Exception as exc:

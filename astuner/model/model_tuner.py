@@ -163,6 +163,13 @@ class ModelTuner(ChatModelBase):
                           target_name, self.trainable_targets, self.chat_template_kwargs, self.loop, self.model_name,
                           self.reply_format, self.gateway_settings, self.policies, self.engines)
 
+    def as_agentscope_model(self, agent_name: str = "default_agent_name", target_tag: str = "default_target_tag",
+                            debug_model: Optional[ChatModelBase] = None) -> ChatModelBase:
+        """AgentJet's name for `register_model`: the model of the agent whose target is `target_tag` (trained when
+        the workflow's trainable_targets has it, or is None), else `debug_model`. `agent_name` is AgentJet's label
+        for the agent; astuner records the calls under `target_tag`."""
+        return self.register_model(target_tag, default_model=debug_model)
+
     # -- the OpenAI-compatible route -----------------------------------------------------------------------------
     def as_openai_base_url(self, agent: Optional[str] = None) -> tuple[str, str]:
         """`(base_url, api_key)` of this episode on the run's OpenAI-compatible gateway (astuner.gateway), for an

@@ -4,9 +4,9 @@ sample, and the run names those tasks at its end), those one past a multiple of 
 question (a second context, so a second sample), the rest run as written; with an auxiliary model named
 `referee` (astuner.auxiliary_models), those two past a multiple of 3 first ask it whether the question is about
 numbers (a frozen second agent: its reply is never trained on). Where `ASTUNER_TEST_CLAIMS` names a folder, the
-`ASTUNER_TEST_CRASH_NTH`-th episode (default the first, over every process of the run; a warm start's run first) of
-each task two past a multiple of 3 to start raises (a crash, not a row problem: with rollout.episode_retries 0 its
-group is short of it). `RowlessWorkflow`: every task fails on its row."""
+first episode to start in the backbone's workers (a Ray actor: not a warm start's, in the driver) on a task that
+does not fail on its row raises (a crash: with rollout.episode_retries 0 its group is short of it). `RowlessWorkflow`:
+every task fails on its row."""
 
 from __future__ import annotations
 
@@ -27,12 +27,11 @@ class UnevenWorkflow(CalcWorkflow):
         number = task_number(workflow_task.task.task_id)
         if number % 3 == 0:
             return workflow_task.task.metadata["environment_url"]  # not in the row: MissingField
+        claims = os.environ.get("ASTUNER_TEST_CLAIMS")
+        if claims and in_backbone_worker() and first_to_claim(Path(claims) / "crash"):
+            raise RuntimeError("the first episode in the backbone's workers crashes")
         if number % 3 == 1:
             await model_tuner([{"role": "user", "content": "Name a number."}])
-        claims = os.environ.get("ASTUNER_TEST_CLAIMS")
-        nth = int(os.environ.get("ASTUNER_TEST_CRASH_NTH", "1"))
-        if number % 3 == 2 and claims and ordinal(Path(claims) / workflow_task.task.task_id) == nth:
-            raise RuntimeError("the first episode of this task crashes")
         referee = workflow_task.auxiliary_models.get("referee")
         if number % 3 == 2 and referee is not None:
             reply = await referee([{"role": "user", "content": f"Is this about numbers? {workflow_task.task.main_query}"}])
@@ -40,15 +39,19 @@ class UnevenWorkflow(CalcWorkflow):
         return await super().execute(workflow_task, model_tuner)
 
 
-def ordinal(path: Path) -> int:
-    """n when this is the n-th call for `path` (over every process of the run): the first `path.<n>` it creates."""
-    n = 1
-    while True:
-        try:
-            os.close(os.open(f"{path}.{n}", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-            return n
-        except FileExistsError:
-            n += 1
+def in_backbone_worker() -> bool:
+    """In a Ray actor: Trinity's workflow runners, verl's agent-loop workers (not the driver)."""
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None
+
+
+def first_to_claim(path: Path) -> bool:
+    """True for the one caller (over every process of the run) that creates `path`."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
 
 
 class RowlessWorkflow(CalcWorkflow):
