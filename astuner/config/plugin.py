@@ -12,6 +12,7 @@ import difflib
 import importlib
 import importlib.util
 import inspect
+import re
 import sys
 import traceback
 from pathlib import Path
@@ -51,10 +52,13 @@ def _import_failure(spec: str, key: str, what: str, exc: BaseException) -> Plugi
     if isinstance(exc, SyntaxError) and exc.filename:  # the user's file and line, not the import machinery's
         where = f" at {exc.filename}:{exc.lineno}"
         exc = SyntaxError(exc.msg)
-    instead = moved(exc.name or "") if isinstance(exc, ModuleNotFoundError) else None
-    if instead:
-        return PluginError(f"{key}: importing {what} for {spec!r} failed{where}: astuner has no module '{exc.name}' "
-                           f"(a name of the seed system's or an older layout): {instead}")
+    if isinstance(exc, ModuleNotFoundError) and moved(exc.name or ""):
+        # the module the import statement named (`astuner.utils.x`; the error names its first missing package)
+        line = user_frames[-1].line if user_frames else ""
+        named = re.search(r"(?:from|import)\s+(astuner[\w.]*)", line or "")
+        wanted = named.group(1) if named and named.group(1).startswith(exc.name) else exc.name
+        return PluginError(f"{key}: importing {what} for {spec!r} failed{where}: astuner has no module '{wanted}' "
+                           f"(a name of the seed system's or an older layout): {moved(wanted)}")
     return PluginError(f"{key}: importing {what} for {spec!r} failed{where}: {type(exc).__name__}: {exc}")
 
 
