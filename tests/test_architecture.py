@@ -17,10 +17,10 @@ FLOORS = [
     {"errors", "interrupts", "cli_args"},
     {"schema"},
     {"config"},
-    {"algorithm", "env_service", "tools", "records", "data", "task_judge"},
+    {"algorithm", "env_service", "tools", "records", "data", "task_judge", "task_rollout"},
     {"task_reader", "viewer", "gateway"},
     {"model"},
-    {"workflow"},
+    {"workflow", "tiny_model"},  # tiny_model: the older path of model.tiny_model
     {"rollout", "plugins"},
     {"backbone"},
     {"backbone.debug"},  # the reference backbone: verl and Trinity run its warm start (debug/warm_start.py)
