@@ -211,6 +211,35 @@ def test_semantic_trinity_keys_get_their_meaning_on_debug_or_a_reason():
         translated(deep_merge(extra, {"algorithm": {"advantage_fn_args": {"std_cal_level": "batch"}}}), backbone="debug")
 
 
+def test_std_threshold_drops_on_debug_the_groups_trinity_drops():
+    """advantage_fn_args.std_threshold (agentscope-samples' frozen lake sets 0.0001): Trinity's GRPO leaves out a
+    group whose rewards' sample std is at most it, and a group of one; on debug the same groups leave the step
+    (reward_std_filter, after the file's own operators)."""
+    import random
+
+    import torch
+
+    from astuner.config.schema import OperatorConfig
+    from astuner.data.operators import apply_operators
+    from astuner.schema.sample import Sample
+
+    extra = {"algorithm": {"algorithm_type": "multi_step_grpo", "repeat_times": 4,
+                           "advantage_fn_args": {"std_threshold": 0.1}},
+             "data_processor": {"experience_pipeline": {"operators": [{"name": "pass_rate_calculator"}]}}}
+    ops = translation(extra, backbone="debug").tree["astuner"]["data_processor"]["experience_pipeline"]["operators"]
+    assert [op["name"] for op in ops] == ["pass_rate_calculator", "reward_std_filter"]
+    rng = random.Random(0)
+    groups = {f"t{i}": [rng.choice([0.0, 0.03, 0.09, 0.3, 1.0]) for _ in range(rng.choice([1, 4, 4]))] for i in range(300)}
+    trinity_keeps = {t for t, r in groups.items() if len(r) > 1 and float(torch.std(torch.tensor(r))) > 0.1}
+    samples = [Sample(task_id=t, episode_uuid=f"{t}-{j}", repeat_index=j, input_ids=[1, 2], prompt_length=1,
+                      loss_mask=[1], logprobs=[0.0], reward=r) for t, rewards in groups.items()
+               for j, r in enumerate(rewards) if len(rewards) == 4 or j == 0]
+    kept, _ = apply_operators([OperatorConfig(**ops[1])], samples, lambda rates: None)
+    assert {s.task_id for s in kept} == trinity_keeps and 0 < len(trinity_keeps) < len(groups)
+    with pytest.raises(UserError, match=r"advantage_fn_args.std_threshold: must be a number of at least 0"):
+        translated(deep_merge(extra, {"algorithm": {"advantage_fn_args": {"std_threshold": "low"}}}), backbone="debug")
+
+
 def test_an_astuner_section_in_a_trinity_config_sets_astuner_keys_over_the_translation():
     from astuner.compat.trinity.config import is_trinity_config
 

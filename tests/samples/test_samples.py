@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 HERE = Path(__file__).parent
 ROWS = {"werewolves": [{"seed": i} for i in range(4)],
@@ -109,3 +110,7 @@ def test_frozen_lake_rows_without_a_query_train(tmp_path, tiny_model_dir, route)
     assert {e["task_id"] for e in episodes} <= {f"lake-{i}" for i in range(4)} | {f"train_{i}" for i in range(4)}
     if route == "main.py":  # Trinity's meaning on the debug backbone: both steps rolled out on the initial weights
         assert [m["off_policy/version_lag"] for m in metrics] == [0, 1]
+        # the config's advantage_fn_args.std_threshold: Trinity's group filter, as an operator (2 episodes a task)
+        saved = yaml.safe_load((root / "config.yaml").read_text())
+        (op,) = saved["astuner"]["data_processor"]["experience_pipeline"]["operators"]
+        assert op["name"] == "reward_std_filter" and abs(op["args"]["threshold"] - 1e-4 * 0.5 ** 0.5) < 1e-12

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import math
 from typing import Any
 
 from astuner.config.schema import OPERATORS, MultiTurnConfig
@@ -404,6 +405,8 @@ class Translator(Tasksets):
             path = f"algorithm.advantage_fn_args.{name}"
             if name in ADVANTAGE_ARGS and (self.backbone == "debug" or value == schema.ADVANTAGE_DEFAULTS[name]):
                 self.put(ADVANTAGE_ARGS[name], value)
+            elif name == "std_threshold" and self.backbone == "debug":
+                self._std_threshold(path, value)
             elif name == "step_norm" and self.leaves.get("algorithm.algorithm_type") in ("multi_step_grpo", None):
                 self.ignored[path] = ("Trinity-RFT 0.6's step-wise GRPO takes it into **kwargs and never reads it "
                                       "(it reads enable_step_norm), so it does nothing there either")
@@ -413,6 +416,23 @@ class Translator(Tasksets):
             else:
                 self.refuse(path, f"{value!r}: astuner's advantage takes {', '.join(ADVANTAGE_ARGS)} only; remove it, "
                                   f"or use backbone=\"trinity\" (it hands it to Trinity-RFT)")
+
+    def _std_threshold(self, path: str, value: Any) -> None:
+        """std_threshold t: Trinity's GRPO (and step-wise GRPO) leaves out a group whose rewards' sample std
+        (torch.std) is at most t, and a group of one; astuner's reward_std_filter operator leaves out one whose
+        population std is at most its threshold, and a group of one: the same groups of n episodes (repeat_times)
+        at threshold t·sqrt((n-1)/n) (to rounding at t itself: Trinity computes in float32), after the file's
+        operators."""
+        if value is None:
+            return
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            self.refuse(path, f"must be a number of at least 0, got {short(value)}")
+            return
+        n = self.get("algorithm.repeat_times")
+        threshold = float(value) * math.sqrt((n - 1) / n) if isinstance(n, int) and n > 1 else 0.0
+        operators = ((self.a.get("data_processor") or {}).get("experience_pipeline") or {}).get("operators") or []
+        self.put("data_processor.experience_pipeline.operators",
+                 [*operators, {"name": "reward_std_filter", "args": {"threshold": threshold}}])
 
     def _auxiliary(self) -> None:
         """explorer.auxiliary_models as astuner.auxiliary_models (each backbone serves them), by their `name`."""
