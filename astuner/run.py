@@ -55,7 +55,7 @@ def check(request: RunRequest, backbone: Any, offline: bool, report: bool = True
     run, found = request.config, request.found
     root = Path(request.exp_dir) / run.experiment_name
     if found.sound("astuner.experiment_name"):  # else the folder is not the one the user named
-        found.attempt(check_run_dir, request.exp_dir, run.experiment_name, request.resume)
+        found.attempt(check_run_dir, request.exp_dir, run.experiment_name, request.resume, request.layout)
     notes = preflight(run, request.exp_dir, offline=offline, backbone=backbone, exp_dir_key=request.exp_dir_key,
                       found=found)
     # before config.yaml is rewritten: a refused resume changes nothing

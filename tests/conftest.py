@@ -123,9 +123,9 @@ def _runs_outside_the_checkout(monkeypatch, tmp_path_factory):
 
     check_run_dir, tiny_model_folder = run_dir.check_run_dir, model_path.tiny_model_folder
 
-    def checked_run_dir(exp_dir, experiment_name, resume):
+    def checked_run_dir(exp_dir, experiment_name, resume, layout="launcher"):
         outside(Path(exp_dir) / experiment_name, "run folder (--exp-dir)")
-        return check_run_dir(exp_dir, experiment_name, resume)
+        return check_run_dir(exp_dir, experiment_name, resume, layout)
 
     def checked_tiny_model(raw):
         folder = tiny_model_folder(raw)

@@ -93,14 +93,20 @@ def _clear_failed_start(root: Path) -> None:
             item.unlink()
 
 
-def check_run_dir(exp_dir: Path, experiment_name: str, resume: bool) -> Path:
+# how a user continues a run, or names a new one, in the CLI's words and in tune()'s (`layout`)
+AGAIN = {"launcher": ("--resume", "astuner.experiment_name=<new name>", "pick another --exp-dir"),
+         "tune": ("tune(resume=True)", "tune(experiment_name=<new name>)", "call tune() from another folder")}
+
+
+def check_run_dir(exp_dir: Path, experiment_name: str, resume: bool, layout: str = "launcher") -> Path:
     """The run folder to use; `RunDirError` if it holds a run and `resume` is False. Writes nothing."""
+    resume_with, rename_with, elsewhere = AGAIN.get(layout, AGAIN["launcher"])
     root = Path(exp_dir) / experiment_name
     if root.exists() and not root.is_dir():
-        raise RunDirError(f"{root} exists and is not a folder; remove it or pick another --exp-dir")
+        raise RunDirError(f"{root} exists and is not a folder; remove it or {elsewhere}")
     if holds_run(root) and not resume:
-        raise RunDirError(f"{root} already holds a run; continue it with --resume, start a new one with "
-                          f"astuner.experiment_name=<new name>, or move the folder away")
+        raise RunDirError(f"{root} already holds a run; continue it with {resume_with}, start a new one with "
+                          f"{rename_with}, or move the folder away")
     return root
 
 
@@ -114,7 +120,7 @@ def prepare_run_dir(exp_dir: Path, experiment_name: str, merged: dict[str, Any],
                     layout: str = "launcher") -> RunDir:
     """Create (or reopen, with `resume`) the run folder, write config.yaml and start logging to astuner.log.
     On resume a changed config is kept: the earlier one is saved as config.before_resume_<time>.yaml."""
-    root = check_run_dir(exp_dir, experiment_name, resume)
+    root = check_run_dir(exp_dir, experiment_name, resume, layout)
     if (root / NEVER_STEPPED).exists():
         _clear_failed_start(root)
     resumed = holds_run(root)

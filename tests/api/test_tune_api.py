@@ -13,7 +13,7 @@ from agentscope.memory import InMemoryMemory
 from agentscope.message import Msg
 from agentscope.tool import Toolkit
 
-from astuner.errors import UserError
+from astuner.errors import RunDirError, UserError
 from astuner.tools import execute_python_code
 from astuner.tuner import AlgorithmConfig, DatasetConfig, JudgeOutput, TunerModelConfig, WorkflowOutput, tune
 from tests.conftest import run_cli
@@ -66,6 +66,14 @@ def test_the_contract_tune_example_trains_two_steps(dataset, tiny_model_dir, tmp
     # the written config is an ordinary astuner config
     code, _, err = run_cli(["--conf", str(root / "config.yaml"), "--dry-run"], capsys)
     assert code == 0, err
+    # the same call again: the run folder holds a run, and tune()'s own arguments say what to do
+    with pytest.raises(RunDirError) as again:
+        tune(workflow_func=run_react_agent, judge_func=judge_function,
+             model=TunerModelConfig(model_path=str(tiny_model_dir), max_model_len=4096, max_tokens=16),
+             train_dataset=DatasetConfig(path=str(dataset), split="train", total_steps=2), experiment_name="tiny")
+    said = str(again.value)
+    assert "continue it with tune(resume=True), start a new one with tune(experiment_name=<new name>)" in said
+    assert "--resume" not in said and "astuner.experiment_name" not in said and "\n" not in said
 
 
 async def wrong_names(row, llm, auxiliary_models=None):
