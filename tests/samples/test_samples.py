@@ -65,9 +65,12 @@ def check_werewolves(root: Path, log: str, trained_side: str) -> None:
 
 def test_werewolves_main_py_trains_with_the_samples_trinity_config(tmp_path, tiny_model_dir):
     folder = sample("werewolves", tmp_path)
-    log = run([sys.executable, "main.py"], folder, {
-        "TRINITY_MODEL_PATH": str(tiny_model_dir), "TRINITY_AUXILIARY_MODEL_PATH": str(tiny_model_dir),
-        "TRINITY_CHECKPOINT_ROOT_DIR": str(tmp_path / "ckpt")})
+    # the user's edit: main.py names its participant model's folder; the config file's explorer.auxiliary_models
+    # entry keeps its hub id (TRINITY_AUXILIARY_MODEL_PATH unset), which tune()'s argument replaces
+    main = folder / "main.py"
+    main.write_text(main.read_text().replace('os.environ["TRINITY_AUXILIARY_MODEL_PATH"]', repr(str(tiny_model_dir))))
+    env = {"TRINITY_MODEL_PATH": str(tiny_model_dir), "TRINITY_CHECKPOINT_ROOT_DIR": str(tmp_path / "ckpt")}
+    log = run([sys.executable, "main.py"], folder, env)
     check_werewolves(tmp_path / "ckpt" / "AgentScope-Werewolves" / "Werewolves-7Player-GRPO-train-goodguy", log,
                      "good_guy")  # the config's workflow_args reached the workflow
     assert "applied on backbone trinity only: " in log and "explorer.over_rollout.ratio" in log
