@@ -87,6 +87,8 @@ class AlgorithmConfig:
 
 # the astuner keys tune()'s arguments set, as tune() calls them (errors and notes name what the user wrote)
 OTHER_ARGUMENTS = {
+    "astuner.rollout.agentscope_workflow": "workflow_func",
+    "astuner.task_judge.judge_protocol": "judge_func",
     "astuner.task_reader.huggingface_dat_repo.dataset_path": "DatasetConfig.path",
     "astuner.task_reader.huggingface_dat_repo.dataset_name": "DatasetConfig.name",
     "astuner.task_reader.huggingface_dat_repo.training_split": "DatasetConfig.split (train_dataset)",

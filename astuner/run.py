@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from astuner.config import RunConfig
-from astuner.errors import Found
+from astuner.errors import Found, PluginError
 from astuner.plugins import Plugins
 from astuner.records.run_dir import RunDir
 
@@ -49,6 +49,7 @@ def check(request: RunRequest, backbone: Any, offline: bool, report: bool = True
     already: the config's validation, its plug-ins) found; then every problem is raised together (`report`
     False: left in `request.found` for the caller to add to and raise). The run folder's path and the
     preflight's notes."""
+    from astuner.config.lazy_imports import lazy_import_problem
     from astuner.preflight import preflight
     from astuner.records.run_dir import check_run_dir, holds_run
 
@@ -56,6 +57,12 @@ def check(request: RunRequest, backbone: Any, offline: bool, report: bool = True
     root = Path(request.exp_dir) / run.experiment_name
     if found.sound("astuner.experiment_name"):  # else the folder is not the one the user named
         found.attempt(check_run_dir, request.exp_dir, run.experiment_name, request.resume, request.layout)
+    for key, plugin in (("astuner.rollout.agentscope_workflow", request.plugins.workflow),
+                        ("astuner.task_judge.judge_protocol", request.plugins.judge),
+                        ("astuner.trainer_common.sft.expert", request.plugins.expert)):
+        problem = lazy_import_problem(plugin, request.key_name(key)) if plugin is not None else None
+        if problem:  # it would fail every episode: said before anything is written
+            found.add(PluginError(problem))
     notes = preflight(run, request.exp_dir, offline=offline, backbone=backbone, exp_dir_key=request.exp_dir_key,
                       found=found)
     # before config.yaml is rewritten: a refused resume changes nothing
