@@ -441,11 +441,15 @@ def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
         judge = resolve_plugins(run).judge
 
     def explain(exc: Exception) -> Exception:
+        if str(exc).startswith(("workflow_func", "judge_func")):  # the arguments' own functions: no file key
+            return exc
         if translation is not None:
             return _from_trinity(type(exc), str(exc), config_path)
         return exc if config_path is not None else type(exc)(as_tune_arguments(str(exc)))
 
     def key_name(key: str) -> str:
+        if key == "astuner.rollout.agentscope_workflow" or (key == "astuner.task_judge.judge_protocol" and judge_func):
+            return OTHER_ARGUMENTS[key]  # the function tune() was given, whatever the file says
         return as_tune_arguments(key) if config_path is None else key
 
     def log_translation(run_dir: Any) -> None:
@@ -485,7 +489,8 @@ def split_auxiliary_models(models: dict[str, Any]) -> tuple[dict[str, Any], dict
     served: dict[str, Any] = {}
     in_process: dict[str, Any] = {}
     for name, entry in (models or {}).items():
-        if type(entry).__name__ == "TunerModelConfig":  # agentscope.tuner's (pydantic) too: the same fields
+        # agentscope.tuner's (pydantic) too, under either of its names: the same fields
+        if type(entry).__name__ in ("TunerModelConfig", "TunerChatModel"):
             if not getattr(entry, "model_path", None):
                 raise TypeError(f"auxiliary model {name!r}: its TunerModelConfig names no model_path")
             defaults = TunerModelConfig(model_path="", max_model_len=0)
