@@ -1,9 +1,10 @@
 """agentscope-samples' tuner examples, shaped as written: each folder holds the sample's own `main.py` (the import
 swapped to astuner.tuner, model paths from the environment, CPU sizes), its Trinity-RFT config, and the same job
 as an astuner YAML. Both routes train on the debug backbone, run as a user runs them (a subprocess in the
-sample's folder): a single-agent environment game whose rows have no query, and a seven-player game where two
+sample's folder): a single-agent environment game whose rows have no query, a seven-player game where two
 trained players face five on a frozen auxiliary model, with a text metric and more than four trained calls per
-episode."""
+episode, a math agent whose judge imports Trinity-RFT's reward function (data_augment), and a doctor that learns to
+ask, graded by an auxiliary model (learn_to_ask)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,10 @@ import yaml
 
 HERE = Path(__file__).parent
 ROWS = {"werewolves": [{"seed": i} for i in range(4)],
-        "frozen_lake": [{"seed": i, "size": 3, "p": 0.8, "index": i, "uid": f"lake-{i}"} for i in range(4)]}
+        "frozen_lake": [{"seed": i, "size": 3, "p": 0.8, "index": i, "uid": f"lake-{i}"} for i in range(4)],
+        "learn_to_ask": [{"messages": [{"role": "user", "content": f"I have had a headache for {i + 1} days."}],
+                          "decision_truth": "stop" if i % 2 else "continue", "info_truth": "fever, nausea"}
+                         for i in range(4)]}
 
 
 def sample(name: str, tmp_path: Path) -> Path:
@@ -92,6 +96,29 @@ def check_werewolves(root: Path, log: str, trained_side: str) -> None:
     assert all("workflow/trainable_target" not in m for m in metrics) and "workflow/success" in metrics[0]
     assert metrics[0]["rollout/dropped_samples"] == 0 and metrics[0]["rollout/madness_rate"] == 0
     assert "workflow metric 'trainable_target' is not a number" in log
+
+
+def test_learn_to_ask_main_py_trains_with_its_config_and_its_grading_model(tmp_path, tiny_model_dir):
+    """learn_to_ask as written: its names (TunerChatModel, Dataset, Algorithm; reasoning_parser=None), prompts
+    loaded from the file beside main.py, a judge that asks the auxiliary model to grade the questions it should
+    ask, and its config's schedule (weights every 10 steps: both steps on the first weights)."""
+    folder = sample("learn_to_ask", tmp_path)
+    log = run([sys.executable, "main.py"], folder, {
+        "TRINITY_MODEL_PATH": str(tiny_model_dir), "TRINITY_AUXILIARY_MODEL_PATH": str(tiny_model_dir),
+        "TRINITY_CHECKPOINT_ROOT_DIR": str(tmp_path / "ckpt")})
+    root = tmp_path / "ckpt" / "learn2ask" / "learn2ask_grpo"
+    metrics, episodes, _ = records(root)
+    assert [m["step"] for m in metrics] == [1, 2] and "tune: " in log
+    assert [m["off_policy/version_lag"] for m in metrics] == [0, 1]
+    for e in episodes:
+        assert not e["failed"], e["error"]
+    # the grader was asked once about each episode that went on asking where it should (the rows of even index)
+    for e in episodes:
+        asked_on = int(e["task_id"].rsplit("_", 1)[-1]) % 2 == 0 and e["metrics"]["action"] == 1.0
+        assert e["metrics"]["auxiliary_calls"] == (1.0 if asked_on else 0.0), e["metrics"]
+    assert any(e["metrics"]["auxiliary_calls"] == 1.0 for e in episodes)
+    written = yaml.safe_load((root / "config.yaml").read_text())["astuner"]
+    assert written["auxiliary_models"]["auxiliary_model"]["path"] == str(tiny_model_dir)
 
 
 def test_werewolves_main_py_trains_with_the_samples_trinity_config(tmp_path, tiny_model_dir):
