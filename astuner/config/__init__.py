@@ -31,11 +31,11 @@ def load_run_config(conf_path: Path | str, overrides: Optional[list[str]] = None
     validation's problems are kept there instead (and the keys refused: a refused value is left at its default),
     so that the checks that follow report theirs too; a config that cannot be composed still raises."""
     from astuner.config.compose import compose_config
-    from astuner.config.seed_keys import translate
+    from astuner.config.seed_keys import translate, trinity_schedule
     from astuner.config.validate import check_astuner_tree, validate_astuner_tree
 
     composed = compose_config(conf_path, overrides)
-    notes = translate(composed.merged)
+    notes = translate(composed.merged) + trinity_schedule(composed.merged)
     if found is None:
         cfg = validate_astuner_tree(composed.merged.get("astuner"), composed.source)
     else:

@@ -251,6 +251,29 @@ def translate(merged: dict) -> list[str]:
     return notes
 
 
+def trinity_schedule(merged: dict) -> list[str]:
+    """`trinity.synchronizer.sync_interval` / `sync_offset` in an astuner YAML's `trinity:` subtree (the seed
+    tutorials set `sync_offset: 1` there): the schedule, which has one meaning on every backbone
+    (`trainer_common.off_policy`), not a Trinity-only setting the debug backbone would not read. One line each."""
+    sync = (merged.get("trinity") or {}).get("synchronizer")
+    if not isinstance(sync, dict):
+        return []
+    defaults = {"sync_interval": 1, "sync_offset": None}
+    notes = []
+    for key in ("sync_interval", "sync_offset"):
+        if key not in sync:
+            continue
+        value = sync.pop(key)
+        target = f"astuner.trainer_common.off_policy.{key}"
+        found, own = _take(merged, target, remove=False)
+        if found and own not in (defaults[key], value):
+            raise ConfigError(f"trinity.synchronizer.{key} {value!r} and {target} {own!r} disagree: they are the same "
+                              f"setting; keep {target}")
+        _put(merged, target, value)
+        notes.append(f"trinity.synchronizer.{key} {value!r}: read as {target} (the same schedule on every backbone)")
+    return notes
+
+
 def table() -> str:
     """docs/migration.md's table of the seed template's keys."""
     rows = ["| the seed system's key (`astuner.` ...) | in astuner |", "| --- | --- |"]

@@ -115,6 +115,10 @@ def test_a_seed_era_tutorial_runs_on_debug_as_written(tmp_path, tiny_model_dir, 
     assert saved["astuner"]["trainer_common"]["algorithm"]["use_kl_loss"] is True  # the seed's KL keys
     assert "debug" not in saved["astuner"]
     assert "astuner.debug.debug_first_n_tasks (the seed system's key): no effect" in proc.stdout + proc.stderr
+    # its trinity: subtree's sync_offset 1 is the schedule, on this backbone too: step 2 rolled out on step 0's weights
+    assert saved["astuner"]["trainer_common"]["off_policy"]["sync_offset"] == 1
+    assert "sync_offset" not in saved["trinity"]["synchronizer"]
+    assert [r["off_policy/version_lag"] for r in rows if "off_policy/version_lag" in r] == [0, 1]
 
 
 def test_the_seed_systems_import_paths_still_import():
@@ -184,3 +188,15 @@ def test_agentjets_as_agentscope_model_is_register_model(tokenizer):
     assert isinstance(tuner.as_agentscope_model(target_tag="solver"), ModelTuner)
     stand_in = object()
     assert tuner.as_agentscope_model(agent_name="critic", target_tag="other", debug_model=stand_in) is stand_in
+
+
+def test_a_trinity_subtrees_schedule_is_astuners_and_may_not_contradict_it(tmp_path, tiny_model_dir):
+    path = template(tmp_path, tiny_model_dir)
+    path.write_text(path.read_text() + "trinity:\n  synchronizer: {sync_interval: 2, sync_method: nccl}\n")
+    run = load_run_config(path)
+    assert run.astuner.trainer_common.off_policy.sync_interval == 2
+    assert run.merged["trinity"]["synchronizer"] == {"sync_method": "nccl"}
+    assert "trinity.synchronizer.sync_interval 2: read as astuner.trainer_common.off_policy.sync_interval" in run.notes[-1]
+    with pytest.raises(ConfigError, match=r"^trinity.synchronizer.sync_interval 2 and astuner.trainer_common.off_policy"
+                                          r".sync_interval 4 disagree"):
+        load_run_config(path, ["astuner.trainer_common.off_policy.sync_interval=4"])
