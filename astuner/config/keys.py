@@ -1,4 +1,5 @@
-"""How a config key is declared: once, in `schema.py` (or `schema_trainer.py`), as a dataclass field made by `key()` (or `section()`).
+"""How a config key is declared: once, in `schema.py` (or `schema_trainer.py`), as a dataclass field made by
+`key()` (or `section()`).
 
 The declaration holds the key's type (the field's annotation), default, help text, allowed values, bounds, the
 rule it must follow, and the backbones that read it. From it come the default YAML and its comments, the

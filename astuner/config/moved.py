@@ -18,8 +18,8 @@ MOVED = {
     "astuner.task_rollout": "episodes run in astuner.rollout.manager; a judge asks an LLM through task_judge.llm_judge "
                             "(create_external_llm_fn: astuner.task_rollout.dashscope_llm_bridge)",
     "astuner.task_runner": "a workflow is astuner.Workflow (execute(workflow_task, model_tuner)) or an async function",
-    "astuner.context_tracker": "the context tracker is astuner.rollout's, chosen by nothing (it splits an episode's calls "
-                               "by prefix)",
+    "astuner.context_tracker": "astuner.rollout's context tracker splits an episode's calls by prefix; there is "
+                               "no tracker to choose",
     "astuner.backbone.main_trinity": "run with astuner --backbone trinity --with-ray",
     "astuner.backbone.main_verl": "run with astuner --backbone verl --with-ray",
     "astuner.backbone.main_vllm": "run with astuner --backbone debug",

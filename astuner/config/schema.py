@@ -1,8 +1,9 @@
 """Every key of the `astuner:` config tree (its `trainer_common:` section in schema_trainer.py), declared once:
-type, default, help, allowed values, bounds, and the backbones that read it (`keys.key`). The default YAML (`default_config/astuner_default.yaml`) and docs/configuration.md's
-reference table are generated from here (`python -m astuner.config.reference --write`; a test fails when either
-is stale), the validator takes its single-key checks from here, and code that builds a config without YAML
-gets the same values. Adding a key: declare it here, use it, test it.
+type, default, help, allowed values, bounds, and the backbones that read it (`keys.key`). The default YAML
+(`default_config/astuner_default.yaml`) and docs/configuration.md's reference table are generated from here
+(`python -m astuner.config.reference --write`; a test fails when either is stale), the validator takes its
+single-key checks from here, and code that builds a config without YAML gets the same values. Adding a key: declare
+it here, use it, test it.
 """
 
 from __future__ import annotations

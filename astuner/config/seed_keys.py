@@ -174,8 +174,9 @@ TABLE = (
     SeedKey("debug.debug_vllm_seed", NO_EFFECT, "the debug backbone samples from rollout.seed"),
     SeedKey("debug.debug_tensor_parallel_size", NO_EFFECT, "rollout.tensor_model_parallel_size, on every backbone"),
     SeedKey("trainer_common.val_before_train", SAME, "trainer_common.val_before_train"),
-    SeedKey("trainer_common.val_pass_n", CONVERTED, "rollout.val_kwargs.num_repeat: n episodes per validation task, "
-                                                    "val/pass@n reported", _to("astuner.rollout.val_kwargs.num_repeat")),
+    SeedKey("trainer_common.val_pass_n", CONVERTED,
+            "rollout.val_kwargs.num_repeat: n episodes per validation task, val/pass@n reported",
+            _to("astuner.rollout.val_kwargs.num_repeat")),
     SeedKey("trainer_common.save_freq", SAME, "trainer_common.save_freq"),
     SeedKey("trainer_common.test_freq", SAME, "trainer_common.test_freq"),
     SeedKey("trainer_common.total_epochs", SAME, "trainer_common.total_epochs"),

@@ -8,8 +8,8 @@ experience per episode (`info.episode_uuid`) for the statistic, as the debug bac
 Trinity's task selector. `reward_filter` keeps or drops single experiences and is used unchanged.
 
 `ShortGroups`, always first, acts on the groups a failed episode left short (rollout.short_group), as the debug
-backbone's rollout manager does. `StepPadding`, always last of these operators, makes every explorer step hand the trainer the same number of
-experiences (see its docstring).
+backbone's rollout manager does. `StepPadding`, always last of these operators, makes every explorer step hand the
+trainer the same number of experiences (see its docstring).
 """
 
 from __future__ import annotations
