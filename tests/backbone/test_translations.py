@@ -8,7 +8,7 @@ import sys
 
 import yaml
 
-from astuner.backbone.trinity.translate import OPERATORS, PADDING
+from astuner.backbone.trinity.translate import OPERATORS, PADDING, SHORT_GROUPS
 from tests.conftest import REPO_ROOT, run_cli
 
 # run from a temporary folder: the run folder each dry run checks is launcher_record/math_agent there, not the
@@ -96,8 +96,10 @@ def test_selector_and_operators_reach_the_trinity_config(tmp_path, capsys, monke
     selector = cfg["buffer"]["explorer_input"]["taskset"]["data_selector"]
     assert selector == {"selector_type": "difficulty_based", "seed": 42, "feature_keys": ["qwen_0.5b", "qwen_7b"],
                         "kwargs": {"tau": 0}}
-    # the user's, then drop_zero_variance_groups (on by default) and the padding to the trainer's step size
+    # the short groups first (rollout.short_group, drop by default), the user's, then drop_zero_variance_groups (on
+    # by default) and the padding to the trainer's step size
     assert cfg["data_processor"]["experience_pipeline"]["operators"] == [
+        {"name": SHORT_GROUPS, "args": {"drop": True}},
         {"name": OPERATORS["pass_rate_calculator"], "args": {}},
         {"name": OPERATORS["reward_std_filter"], "args": {"threshold": 0.0}},
         {"name": PADDING, "args": {"size": 264 * 4 * 4}}]

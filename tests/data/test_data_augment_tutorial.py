@@ -38,5 +38,6 @@ def test_both_configs_run_on_debug_and_translate_for_trinity(tmp_path, monkeypat
         trinity = yaml.safe_load(out)
         assert trinity["buffer"]["explorer_input"]["taskset"]["data_selector"]["selector_type"] == \
             ("random" if kind == "random" else "difficulty_based")
-        # the per-episode pass rate (astuner.backbone.trinity.operators)
-        assert trinity["data_processor"]["experience_pipeline"]["operators"][0]["name"].endswith(".EpisodePassRateCalculator")
+        # the per-episode pass rate (astuner.backbone.trinity.operators), after the short groups
+        operators = [op["name"].rsplit(".", 1)[-1] for op in trinity["data_processor"]["experience_pipeline"]["operators"]]
+        assert operators[:2] == ["ShortGroups", "EpisodePassRateCalculator"]

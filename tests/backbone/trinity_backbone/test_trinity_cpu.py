@@ -112,8 +112,8 @@ def test_pass_rate_and_std_filter_count_episodes_in_trinitys_pipeline(tmp_path, 
     cfg = trinity_checked([f"astuner.model.path={tiny_model_dir}", "astuner.data_processor.experience_pipeline."
                            "operators=[{name: pass_rate_calculator}, {name: reward_std_filter, args: {threshold: 0.45}}]"],
                          tmp_path)
-    # the user's two, then the zero-variance drop and the step padding astuner adds
-    pass_rate, std_filter, _, _ = create_operators(cfg.data_processor.experience_pipeline.operators)
+    # the short groups astuner puts first, the user's two, then the zero-variance drop and the step padding
+    _, pass_rate, std_filter, _, _ = create_operators(cfg.data_processor.experience_pipeline.operators)
     exps, metrics = asyncio.run(pass_rate.process(_experiences()))  # Trinity's async operator wrapper
     assert len(exps) == 6
     rates = dict(zip(metrics[SELECTOR_METRIC][0]["indices"], metrics[SELECTOR_METRIC][0]["values"]))
