@@ -322,9 +322,9 @@ def test_every_problem_is_said_one_per_line_the_taken_run_folder_among_them(seed
     expected = ["astuner.rollout.temperature must be >= 0", "'Nope' is not defined",
                 "launcher_record/math_agent already holds a run", "includes mlflow, which is not installed",
                 "empty.jsonl: the file holds no tasks", "no_type/config.json names no model_type"]
-    lines = err.strip().splitlines()
+    count, *lines = err.strip().splitlines()
     assert code == 2 and out == "", err
-    assert len(lines) == len(expected), err
+    assert count == f"astuner: error: {len(expected)} problems:" and len(lines) == len(expected), err
     for line, fragment in zip(lines, expected):
         assert line.startswith("astuner: error: ") and fragment in line and len(line) <= 300, (fragment, line)
     assert _files(seed.root) == before
@@ -338,8 +338,8 @@ def test_a_refused_key_is_said_once_not_again_by_the_checks_that_read_it(seed, c
     (seed.root / "launcher_record" / "math_agent" / "config.yaml").write_text("astuner: {}\n")
     code, _, err = run_cli(["--conf", YAML, "--dry-run", "astuner.experiment_name=a/b", "astuner.model.path=5",
                             "astuner.rollout.agentscope_workflow=math_agent.math_agent->Nope"], capsys)
-    lines = err.strip().splitlines()
-    assert code == 2 and len(lines) == 3, err
+    count, *lines = err.strip().splitlines()
+    assert code == 2 and count == "astuner: error: 3 problems:" and len(lines) == 3, err
     assert "is not a folder name" in lines[0] and "astuner.model.path must be a string" in lines[1], err
     assert "'Nope' is not defined" in lines[2], err
 

@@ -202,7 +202,8 @@ def test_a_port_out_of_range_is_one_line_exit_2(capsys, tiny_run, argv):
     lines = err.strip().splitlines()
     # one line for the port; the training form says the missing x.yaml too, on a line of its own (every problem)
     assert code == 2 and sum("is not a port; use 0 (any free port) to 65535" in line for line in lines) == 1
-    assert len(lines) == (2 if "--conf" in argv else 1) and all(line.startswith("astuner: error: ") for line in lines)
+    assert len(lines) == (3 if "--conf" in argv else 1) and all(line.startswith("astuner: error: ") for line in lines)
+    assert "--conf" not in argv or lines[0] == "astuner: error: 2 problems:"
 
 
 def _first_episode(run: Path) -> tuple[int, str]:
