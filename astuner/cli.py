@@ -262,15 +262,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except SystemExit as exc:  # argparse printed the usage error (or --help)
         return int(exc.code or 0)
 
-    from astuner.errors import AstunerError, ConfigError
+    from astuner.errors import AstunerError
 
     previous = _second_interrupt_stops_at_once()
     try:
         return _run(args)
     except AstunerError as exc:
-        # several problems found together (or a config's, one per line): a count, then one line each
-        lines = getattr(exc, "lines", None) or \
-            ([x for x in str(exc).split("\n") if x.strip()] if isinstance(exc, ConfigError) else []) or [str(exc)]
+        lines = getattr(exc, "lines", [str(exc)])  # several problems found together: a count, then one line each
         if len(lines) > 1:
             _error(f"{len(lines)} problems:")
         for problem in lines:

@@ -67,6 +67,10 @@ class Problems(UserError):
         super().__init__("\n".join(self.lines))
 
 
+class ConfigProblems(Problems, ConfigError):
+    """Several problems of one configuration (its validation): said one per line, as `Problems`."""
+
+
 class Found:
     """What the checks before a run found: each check runs whatever the others found (where it does not depend on
     them), and every problem is reported together (`raise_all`), not only the first. `bad_keys`: config keys
@@ -81,7 +85,8 @@ class Found:
 
     def add(self, exc: UserError) -> None:
         if isinstance(exc, Problems):
-            self.errors += [UserError(line) for line in exc.lines]
+            kind = ConfigError if isinstance(exc, ConfigError) else UserError
+            self.errors += [kind(line) for line in exc.lines]
         else:
             self.errors.append(exc)
 

@@ -3,8 +3,8 @@
 
 The declaration holds the key's type (the field's annotation), default, help text, allowed values, bounds, the
 rule it must follow, and the backbones that read it. From it come the default YAML and its comments, the
-reference table in docs/configuration.md (`reference.py`), the validator's single-key checks (`validate.py`) and the notes
-about keys a backbone does not read.
+reference table in docs/configuration.md (`reference.py`), the validator's single-key checks (`validate.py`) and
+the notes about keys a backbone does not read. `set_path` sets a dotted key in a tree (the config importers').
 """
 
 from __future__ import annotations
@@ -104,6 +104,14 @@ class Spec:
         if self.rule is not None:
             return self.must
         return self.bounds_text()
+
+
+def set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    """`tree[a][b][c] = value` for "a.b.c", making the mappings on the way."""
+    *parents, last = dotted.split(".")
+    for part in parents:
+        tree = tree.setdefault(part, {})
+    tree[last] = value
 
 
 def _num(x: float) -> str:

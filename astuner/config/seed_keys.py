@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from astuner.config.keys import set_path
 from astuner.errors import ConfigError
 
 DEFAULTS_NAMES = {"astune_default": "astuner_default"}
@@ -30,41 +31,33 @@ class SeedKey:
     keep: bool = False  # the key is astuner's too, its value converted in place (convert says whether it changed)
 
 
-def _put(merged: dict, dotted: str, value: Any) -> None:
-    node = merged
-    *parents, last = dotted.split(".")
-    for part in parents:
-        node = node.setdefault(part, {})
-    node[last] = value
+def _same(key: str) -> SeedKey:
+    """A key of the template that astuner has with the same meaning."""
+    return SeedKey(key, SAME, key)
 
 
 def _to(dotted: str) -> Callable[[Any, dict], None]:
-    return lambda value, merged: _put(merged, dotted, value)
+    return lambda value, merged: set_path(merged, dotted, value)
 
 
-def _merge(into: Any, value: Any) -> Any:
-    if isinstance(into, dict) and isinstance(value, dict):
-        return {**into, **{k: _merge(into.get(k), v) for k, v in value.items()}}
-    return value
-
-
-def _merged_into(dotted: str) -> Callable[[Any, dict], None]:
-    """Over what `dotted` holds (verl's defaults), key by key."""
+def _leaves_into(dotted: str) -> Callable[[Any, dict], None]:
+    """Each key of the value under `dotted`, over what is there already (a user's own verl keys)."""
     def convert(value: Any, merged: dict) -> None:
-        found, before = _take(merged, dotted, remove=False)
-        _put(merged, dotted, _merge(before if found else None, value))
+        for key, leaf in (value.items() if isinstance(value, dict) else ()):
+            set_path(merged, f"{dotted}.{key}", leaf)
     return convert
 
 
 def _logger(value: Any, merged: dict) -> bool:
     if isinstance(value, str):  # the template's `logger: swanlab`: the console line and that tracker
-        _put(merged, "astuner.trainer_common.logger", ["console"] if value in ("console", "") else ["console", value])
+        loggers = ["console"] if value in ("console", "") else ["console", value]
+        set_path(merged, "astuner.trainer_common.logger", loggers)
     return isinstance(value, str)
 
 
 def _do_sample(value: Any, merged: dict) -> None:
     if value is False:  # greedy validation
-        _put(merged, "astuner.rollout.val_kwargs.temperature", 0.0)
+        set_path(merged, "astuner.rollout.val_kwargs.temperature", 0.0)
 
 
 def _judge_type(value: Any, merged: dict) -> None:
@@ -76,66 +69,66 @@ def _judge_type(value: Any, merged: dict) -> None:
 
 def _task_reader_type(value: Any, merged: dict) -> bool:
     if value == "jsonl_dataset_file":
-        _put(merged, "astuner.task_reader.type", "dataset_file")
+        set_path(merged, "astuner.task_reader.type", "dataset_file")
     return value == "jsonl_dataset_file"
 
 
 def _experiment_name(value: Any, merged: dict) -> bool:
     if value == "read_yaml_name":  # the template's "the file's name"
-        _put(merged, "astuner.experiment_name", None)
+        set_path(merged, "astuner.experiment_name", None)
     return value == "read_yaml_name"
 
 
 def _kl_in_reward(value: Any, merged: dict) -> None:
     if value:
-        _put(merged, "algorithm.use_kl_in_reward", True)
+        set_path(merged, "algorithm.use_kl_in_reward", True)
 
 
 VERL_ONLY = "verl's own key (read by the verl backbone; no effect on debug and trinity)"
 TABLE = (
-    SeedKey("project_name", SAME, "project_name"),
+    _same("project_name"),
     SeedKey("experiment_name", CONVERTED, "experiment_name; read_yaml_name = null (the file's name)",
             _experiment_name, keep=True),
     SeedKey("experiment_dir", NO_EFFECT, "the run folder is {--exp-dir}/{experiment_name}: give --exp-dir"),
     SeedKey("backbone", NO_EFFECT, "the backbone is the command's --backbone (debug when not given)"),
-    SeedKey("model.path", SAME, "model.path"),
-    SeedKey("data.max_prompt_length", SAME, "data.max_prompt_length"),
-    SeedKey("data.max_response_length", SAME, "data.max_response_length"),
-    SeedKey("data.train_batch_size", SAME, "data.train_batch_size"),
-    SeedKey("rollout.agentscope_workflow", SAME, "rollout.agentscope_workflow"),
+    _same("model.path"),
+    _same("data.max_prompt_length"),
+    _same("data.max_response_length"),
+    _same("data.train_batch_size"),
+    _same("rollout.agentscope_workflow"),
     SeedKey("rollout.user_workflow", CONVERTED, "rollout.agentscope_workflow (AgentJet's name)",
             _to("astuner.rollout.agentscope_workflow")),
     SeedKey("rollout.agentscope_disable_toolcalls", NO_EFFECT,
             "tool calls are the agent's: register no tools (or a Toolkit without them) to leave them out"),
-    SeedKey("rollout.max_env_worker", SAME, "rollout.max_env_worker"),
+    _same("rollout.max_env_worker"),
     SeedKey("rollout.gamma", NO_EFFECT, "astuner's reward is the episode's, shared by its samples (no per-step "
                                         "discount; the template's own note: experimental, do not change)"),
-    SeedKey("rollout.compute_madness_checklist", SAME, "rollout.compute_madness_checklist"),
+    _same("rollout.compute_madness_checklist"),
     SeedKey("rollout.agent_madness_termination", NO_EFFECT,
             "an episode that fails a madness check runs to its end and gets agent_madness_reward"),
-    SeedKey("rollout.agent_madness_reward", SAME, "rollout.agent_madness_reward"),
-    SeedKey("rollout.max_response_length_in_one_turn", SAME, "rollout.max_response_length_in_one_turn"),
-    SeedKey("rollout.max_model_len", SAME, "rollout.max_model_len"),
-    SeedKey("rollout.multi_turn.max_sample_per_task", SAME, "rollout.multi_turn.max_sample_per_task"),
+    _same("rollout.agent_madness_reward"),
+    _same("rollout.max_response_length_in_one_turn"),
+    _same("rollout.max_model_len"),
+    _same("rollout.multi_turn.max_sample_per_task"),
     SeedKey("rollout.multi_turn.max_steps", NO_EFFECT, "an episode's model calls are bounded by the agent (a "
                                                       "ReActAgent's max_iters) and by rollout.max_model_len"),
     SeedKey("rollout.multi_turn.expected_steps", NO_EFFECT,
             "Trinity's step size is sized from multi_turn.max_sample_per_task (every step fills one trainer step)"),
-    SeedKey("rollout.tensor_model_parallel_size", SAME, "rollout.tensor_model_parallel_size"),
+    _same("rollout.tensor_model_parallel_size"),
     SeedKey("rollout.n_vllm_engine", CONVERTED, "trainer_common.trinity_only__n_vllm_engine",
             _to("astuner.trainer_common.trinity_only__n_vllm_engine")),
-    SeedKey("rollout.max_num_seqs", SAME, "rollout.max_num_seqs"),
+    _same("rollout.max_num_seqs"),
     SeedKey("rollout.name", NO_EFFECT, "the engine is rollout.engine on debug (hf, vllm, openai) and vLLM on verl "
                                        "and trinity"),
-    SeedKey("rollout.num_repeat", SAME, "rollout.num_repeat"),
-    SeedKey("rollout.temperature", SAME, "rollout.temperature"),
-    SeedKey("rollout.top_p", SAME, "rollout.top_p"),
-    SeedKey("rollout.val_kwargs.temperature", SAME, "rollout.val_kwargs.temperature"),
+    _same("rollout.num_repeat"),
+    _same("rollout.temperature"),
+    _same("rollout.top_p"),
+    _same("rollout.val_kwargs.temperature"),
     SeedKey("rollout.val_kwargs.top_k", NO_EFFECT, "astuner samples with temperature and top_p (top_k -1: all tokens)"),
-    SeedKey("rollout.val_kwargs.top_p", SAME, "rollout.val_kwargs.top_p"),
+    _same("rollout.val_kwargs.top_p"),
     SeedKey("rollout.val_kwargs.do_sample", CONVERTED, "false = rollout.val_kwargs.temperature 0 (greedy); true = "
                                                        "its temperature as set", _do_sample),
-    SeedKey("rollout.val_kwargs.num_repeat", SAME, "rollout.val_kwargs.num_repeat"),
+    _same("rollout.val_kwargs.num_repeat"),
     SeedKey("rollout.step_skip_action", NO_EFFECT, "the seed's verl defaults only; astuner trains every sample"),
     SeedKey("rollout.submit_oversample_multiplier", NO_EFFECT, "the seed's verl defaults only; astuner rolls out "
                                                                "exactly train_batch_size tasks a step"),
@@ -145,22 +138,20 @@ TABLE = (
             keep=True),
     SeedKey("task_reader.jsonl_dataset_file", CONVERTED, "task_reader.dataset_file (training / validation "
                                                          "file_path)", _to("astuner.task_reader.dataset_file")),
-    SeedKey("task_reader.env_service.env_type", SAME, "task_reader.env_service.env_type"),
-    SeedKey("task_reader.env_service.env_url", SAME, "task_reader.env_service.env_url"),
+    _same("task_reader.env_service.env_type"),
+    _same("task_reader.env_service.env_url"),
     SeedKey("task_reader.env_service.env_action_preference", NO_EFFECT,
             "the workflow talks to the environment itself (workflow_task.env)"),
-    SeedKey("task_reader.env_service.training_split", SAME, "task_reader.env_service.training_split"),
-    SeedKey("task_reader.env_service.validation_split", SAME, "task_reader.env_service.validation_split"),
-    SeedKey("task_reader.huggingface_dat_repo.dataset_path", SAME, "task_reader.huggingface_dat_repo.dataset_path"),
-    SeedKey("task_reader.huggingface_dat_repo.training_split", SAME,
-            "task_reader.huggingface_dat_repo.training_split"),
-    SeedKey("task_reader.huggingface_dat_repo.validation_split", SAME,
-            "task_reader.huggingface_dat_repo.validation_split"),
+    _same("task_reader.env_service.training_split"),
+    _same("task_reader.env_service.validation_split"),
+    _same("task_reader.huggingface_dat_repo.dataset_path"),
+    _same("task_reader.huggingface_dat_repo.training_split"),
+    _same("task_reader.huggingface_dat_repo.validation_split"),
     SeedKey("task_reader.data_generation", NO_EFFECT, "astuner reads tasks, it does not generate them (its "
                                                       "task_reader.type data_generation is refused)"),
     SeedKey("task_judge.judge_type", CONVERTED, "customized_protocol = task_judge.judge_protocol, the judge; "
                                                 "rubrics_auto_grader is refused (no astuner equivalent)", _judge_type),
-    SeedKey("task_judge.judge_protocol", SAME, "task_judge.judge_protocol"),
+    _same("task_judge.judge_protocol"),
     SeedKey("task_judge.alien_llm_model", NO_EFFECT, "a judge's LLM is task_judge.llm_judge (an auxiliary model of "
                                                      "the run or an endpoint); create_external_llm_fn takes its model "
                                                      "as an argument"),
@@ -173,24 +164,24 @@ TABLE = (
     SeedKey("debug.debug_vllm_port", NO_EFFECT, "the debug backbone's engine runs in its own process (no port)"),
     SeedKey("debug.debug_vllm_seed", NO_EFFECT, "the debug backbone samples from rollout.seed"),
     SeedKey("debug.debug_tensor_parallel_size", NO_EFFECT, "rollout.tensor_model_parallel_size, on every backbone"),
-    SeedKey("trainer_common.val_before_train", SAME, "trainer_common.val_before_train"),
+    _same("trainer_common.val_before_train"),
     SeedKey("trainer_common.val_pass_n", CONVERTED,
             "rollout.val_kwargs.num_repeat: n episodes per validation task, val/pass@n reported",
             _to("astuner.rollout.val_kwargs.num_repeat")),
-    SeedKey("trainer_common.save_freq", SAME, "trainer_common.save_freq"),
-    SeedKey("trainer_common.test_freq", SAME, "trainer_common.test_freq"),
-    SeedKey("trainer_common.total_epochs", SAME, "trainer_common.total_epochs"),
-    SeedKey("trainer_common.nnodes", SAME, "trainer_common.nnodes"),
-    SeedKey("trainer_common.n_gpus_per_node", SAME, "trainer_common.n_gpus_per_node"),
+    _same("trainer_common.save_freq"),
+    _same("trainer_common.test_freq"),
+    _same("trainer_common.total_epochs"),
+    _same("trainer_common.nnodes"),
+    _same("trainer_common.n_gpus_per_node"),
     SeedKey("trainer_common.logger", CONVERTED, "trainer_common.logger, a list: the template's string s = "
                                                 "[console, s]", _logger, keep=True),
-    SeedKey("trainer_common.algorithm.adv_estimator", SAME, "trainer_common.algorithm.adv_estimator"),
+    _same("trainer_common.algorithm.adv_estimator"),
     SeedKey("trainer_common.algorithm.use_kl_in_reward", CONVERTED,
             f"true = algorithm.use_kl_in_reward, {VERL_ONLY}; false (the template's) changes nothing", _kl_in_reward),
-    SeedKey("trainer_common.mini_batch_num", SAME, "trainer_common.mini_batch_num"),
+    _same("trainer_common.mini_batch_num"),
     SeedKey("trainer_common.fsdp_config", CONVERTED, f"actor_rollout_ref.actor.fsdp_config, {VERL_ONLY}",
-            _merged_into("actor_rollout_ref.actor.fsdp_config")),
-    SeedKey("trainer_common.optim.lr", SAME, "trainer_common.optim.lr"),
+            _leaves_into("actor_rollout_ref.actor.fsdp_config")),
+    _same("trainer_common.optim.lr"),
     SeedKey("trainer_common.use_kl_loss", CONVERTED, "trainer_common.algorithm.use_kl_loss",
             _to("astuner.trainer_common.algorithm.use_kl_loss")),
     SeedKey("trainer_common.kl_loss_coef", CONVERTED, "trainer_common.algorithm.kl_loss_coef",
@@ -270,7 +261,7 @@ def trinity_schedule(merged: dict) -> list[str]:
         if found and own not in (defaults[key], value):
             raise ConfigError(f"trinity.synchronizer.{key} {value!r} and {target} {own!r} disagree: they are the same "
                               f"setting; keep {target}")
-        _put(merged, target, value)
+        set_path(merged, target, value)
         notes.append(f"trinity.synchronizer.{key} {value!r}: read as {target} (the same schedule on every backbone)")
     return notes
 

@@ -16,7 +16,7 @@ from typing import Any, Union
 from astuner.config.keys import declared, spec_of
 from astuner.config.schema import AstunerConfig
 from astuner.config.source_map import SourceMap
-from astuner.errors import ConfigError
+from astuner.errors import ConfigError, ConfigProblems
 
 _NoneType = type(None)
 
@@ -164,7 +164,7 @@ def validate_astuner_tree(tree: Any, src: SourceMap) -> AstunerConfig:
     """Typed `AstunerConfig` from the composed `astuner:` mapping, or `ConfigError` listing every problem."""
     cfg, problems, _ = check_astuner_tree(tree, src)
     if problems:
-        raise ConfigError("\n".join(problems))
+        raise ConfigError(problems[0]) if len(problems) == 1 else ConfigProblems(problems)
     return cfg
 
 

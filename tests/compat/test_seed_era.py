@@ -15,6 +15,8 @@ import yaml
 
 from astuner.backbone.translate_common import user_verl_keys
 from astuner.config import load_run_config
+from astuner.config.validate import all_leaf_paths
+from astuner.config.schema import AstunerConfig
 from astuner.config.seed_keys import BY_KEY, NO_EFFECT, SAME, TABLE, table
 from astuner.errors import ConfigError, PluginError
 from tests.conftest import REPO_ROOT
@@ -52,6 +54,8 @@ def test_the_table_covers_every_key_of_the_seed_template():
     tree = yaml.safe_load((SEED / "seed_template.yaml").read_text())["astuner"]
     assert set(leaves(tree)) == set(BY_KEY) - {"rollout.user_workflow"}  # AgentJet's later name
     assert len(BY_KEY) == len(TABLE)
+    declared = set(all_leaf_paths(AstunerConfig, "astuner"))
+    assert {f"astuner.{e.key}" for e in TABLE if e.does == SAME} <= declared  # the same key: astuner has it
     page = (REPO_ROOT / "docs" / "migration.md").read_text()
     assert table() in page, "docs/migration.md's table is stale: python -m astuner.config.seed_keys"
 

@@ -214,7 +214,7 @@ def translate(conf: dict[str, Any], *, backbone: str, source: str, supplied: fro
     the values they give to keys that others depend on (repeat_times for the concurrency, ...). UserError lists
     every key refused."""
     from astuner.compat.trinity.translator import Translator, drop
-    from astuner.compat.trinity.values import set_path
+    from astuner.config.keys import set_path
 
     conf = drop(copy.deepcopy(conf), [p for arg in supplied for p in REPLACED_BY.get(arg, ())])
     for dotted, value in (arguments or {}).items():

@@ -8,7 +8,7 @@ from typing import Any
 from astuner.compat.trinity import schema
 from astuner.compat.trinity import values
 from astuner.compat.trinity.config import TASKSET_ONLY, WORKFLOW_ADAPTER
-from astuner.compat.trinity.values import set_path
+from astuner.config.keys import set_path
 
 # a taskset's keys the translation reads
 READ = {"path", "split", "subset_name", "name", "repeat_times", "enable_progress_bar", "rollout_args.temperature",

@@ -14,7 +14,8 @@ from astuner.compat.trinity import values
 from astuner.compat.trinity.config import (ADVANTAGE_ARGS, ALGORITHMS, ALIASES, EVERYWHERE, KL_TYPES, MONITORS,
                                            SYNC_KEYS, TRINITY_RUNTIME, Translation)
 from astuner.compat.trinity.tasksets import Tasksets
-from astuner.compat.trinity.values import set_path, short
+from astuner.compat.trinity.values import short
+from astuner.config.keys import set_path
 
 # astuner's rollout.multi_turn.max_sample_per_task, which a Trinity config cannot set
 MAX_SAMPLES_PER_EPISODE = MultiTurnConfig().max_sample_per_task

@@ -65,13 +65,6 @@ def problem(value: Any, spec: str) -> Optional[str]:
     return f"must be {want}, got {got}"
 
 
-def set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
-    *parents, last = dotted.split(".")
-    for part in parents:
-        tree = tree.setdefault(part, {})
-    tree[last] = value
-
-
 def short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
