@@ -182,7 +182,9 @@ def test_trinity_trains_steps_whose_episodes_yield_0_1_or_2_samples(tmp_path):
     # that the entropy bonus moves the adapter at every step), padded to the step's upper bound
     kept = {step: sum(exp.info["model_version"] == step - 1 for exp in trained) for step in (1, 2, 3)}
 
-    runs = {name: {key: dict(points) for key, points in found.items()} for name, found in wandb_runs(root).items()}
+    # (wandb's own process may still be writing the runs' last records under load: up to a minute for their exit)
+    runs = {name: {key: dict(points) for key, points in found.items()}
+            for name, found in wandb_runs(root, wait_s=60).items()}
     assert set(runs) == {"uneven_explorer", "uneven_trainer"}, set(runs)  # Trinity's {name}_{role} runs
     explorer, trainer = runs["uneven_explorer"], runs["uneven_trainer"]
     assert explorer["rollout/model_version"] == {1: 0, 2: 1, 3: 2}  # each step on the previous update
@@ -190,7 +192,10 @@ def test_trinity_trains_steps_whose_episodes_yield_0_1_or_2_samples(tmp_path):
     assert padding == {step: 16 - n for step, n in kept.items()}
     assert sum(explorer["experience_pipeline/dropped_short_groups"].values()) == len(dropped)
     assert sum(explorer["experience_pipeline/short_groups"].values()) == len({exp.eid.tid for exp in failed})
-    assert set(trainer["actor/grad_norm"]) == {1, 2, 3}
+    # a gradient at every step that kept trained experiences (a step the dropped group left with padding alone
+    # may log none: the crashed episode lands in whichever step a worker starts first)
+    trained_steps = {step for step, n in kept.items() if n}
+    assert trained_steps <= set(trainer["actor/grad_norm"]) <= {1, 2, 3}, (kept, trainer["actor/grad_norm"])
     assert (root / "checkpoints" / "tool_cpu" / "uneven" / "global_step_3" / "actor").is_dir()
     # LoRA: the rollouts after a trainer step were sampled with the adapter that step trained (its checkpoint's
     # actor/lora_adapter, which Trinity's engine loaded at the weight sync), not with the base model
