@@ -19,6 +19,7 @@ examples:
   astuner view launcher_record/math_agent          # browse a run's curves, episodes and tokens
   astuner merge-lora launcher_record/my_run/checkpoints/global_step_100 --out my_model   # LoRA: base + adapter
   astuner chat launcher_record/my_run/checkpoints/global_step_100   # talk to the trained model
+  astuner eval --conf my_agent.yaml --model my_base_model --model launcher_record/my_run/checkpoints/global_step_100
   astuner --conf my_agent.yaml --backbone=debug astuner.data.train_batch_size=8
   astuner --conf my_agent.yaml --backbone=trinity --with-ray
   astuner --conf my_agent.yaml 'astuner.rollout.agentscope_workflow=my_pkg.agent->MyWorkflow'
@@ -246,9 +247,10 @@ def _second_interrupt_stops_at_once() -> object:
 def _commands() -> dict[str, tuple[Callable[[], argparse.ArgumentParser], Callable[[Sequence[str]], int]]]:
     """`astuner NAME ...`: each subcommand's parser (its description is its line in `astuner --help`) and main."""
     from astuner.chat import build_parser as build_chat_parser, main as chat
+    from astuner.evaluate.cli import build_parser as build_eval_parser, main as evaluate
 
     return {"view": (build_view_parser, _view), "chat": (build_chat_parser, chat),
-            "merge-lora": (build_merge_parser, _merge_lora)}
+            "eval": (build_eval_parser, evaluate), "merge-lora": (build_merge_parser, _merge_lora)}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

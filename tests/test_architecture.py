@@ -28,6 +28,7 @@ FLOORS = [
     {"backbone.trinity"},  # Trinity trains through its bundled verl: it reuses verl's CPU platform
     {"preflight"},
     {"run", "chat"},
+    {"evaluate"},  # astuner eval; select_model (astuner.tuner) on it
     {"compat"},
     {"api"},
     {"tuner", "cli"},

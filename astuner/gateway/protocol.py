@@ -203,7 +203,7 @@ def finish_reason(done: Any) -> str:
 
 
 def usage(done: Any) -> dict[str, int]:
-    prompt, reply = len(done.record.prompt_ids), len(done.record.response_ids)
+    prompt, reply = done.record.prompt_tokens, done.record.completion_tokens
     return {"prompt_tokens": prompt, "completion_tokens": reply, "total_tokens": prompt + reply}
 
 

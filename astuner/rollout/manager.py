@@ -119,8 +119,12 @@ def build_judge(judge_plugin: Any, cfg: AstunerConfig) -> Any:
 class RolloutManager:
     def __init__(self, cfg: AstunerConfig, workflow: Any, judge: Any, engine: Engine, tokenizer: Any,
                  auxiliary_models: Optional[dict[str, Any]] = None, env_client: Any = None,
-                 engines: Optional[dict[str, Engine]] = None, row_problems: Optional[RowProblems] = None):
+                 engines: Optional[dict[str, Engine]] = None, row_problems: Optional[RowProblems] = None,
+                 tuner: Optional[Any] = None, builds_samples: bool = True):
+        """`tuner`: what builds each episode's model (ModelTuner's signature; default ModelTuner); `builds_samples`
+        False: episodes keep their calls but no training samples (an evaluation of a model that returns no ids)."""
         self.cfg, self.workflow, self.judge = cfg, workflow, judge
+        self.tuner, self.builds_samples = tuner, builds_samples
         # tasks whose rows failed their episodes: the run's (debug), else this process's (a manager per episode)
         self.row_problems = row_problems if row_problems is not None else PROCESS
         self.engine, self.tokenizer = engine, tokenizer
@@ -150,9 +154,11 @@ class RolloutManager:
 
     async def run(self, tasks: list[Task], mode: str = "train", num_repeat: Optional[int] = None,
                   tag: Optional[str] = None, check_error_rate: bool = True,
-                  sampling: Optional[SamplingParams] = None) -> RolloutBatch:
+                  sampling: Optional[SamplingParams] = None,
+                  on_episode: Optional[Any] = None) -> RolloutBatch:
         """Roll out every task `num_repeat` times (default: rollout.num_repeat, or val_kwargs.num_repeat).
-        With a `tag` (unique per run and step) episode ids are derived from it, so a rerun is identical."""
+        With a `tag` (unique per run and step) episode ids are derived from it, so a rerun is identical.
+        `on_episode(result)` is called as each episode ends (its retries done): progress."""
         ro = self.cfg.rollout
         repeats = num_repeat or (ro.val_kwargs.num_repeat if mode == "val" else ro.num_repeat)
         sampling = sampling or self.sampling(mode)
@@ -166,7 +172,7 @@ class RolloutManager:
             return uuid.uuid5(uuid.NAMESPACE_URL, f"astuner:{tag}:{i}:{task.task_id}:{r}{again}").hex
 
         jobs = [self._attempts(task, r, lambda attempt, i=i, task=task, r=r: episode_id(i, task, r, attempt),
-                               sampling, limit, stats)
+                               sampling, limit, stats, on_episode)
                 for i, task in enumerate(tasks) for r in range(repeats)]
         with objects_frozen():  # no full garbage-collector pass over the whole process stops the loop meanwhile
             episodes = list(await asyncio.gather(*jobs))
@@ -191,7 +197,8 @@ class RolloutManager:
         return RolloutBatch(episodes=episodes, metrics=metrics)
 
     async def _attempts(self, task: Task, repeat_index: int, ids: Any, sampling: SamplingParams,
-                        limit: asyncio.Semaphore, stats: TrackerStats) -> EpisodeResult:
+                        limit: asyncio.Semaphore, stats: TrackerStats, on_episode: Optional[Any] = None
+                        ) -> EpisodeResult:
         """The episode, run again (a new id, a fresh environment) while it fails, up to rollout.episode_retries
         times; not when its row lacks what it reads (it would fail the same) or failure_reward trains failures."""
         ro = self.cfg.rollout
@@ -205,6 +212,8 @@ class RolloutManager:
                 logger.warning(f"episode {result.episode_uuid} (task {task.task_id}, repeat {repeat_index}) failed; "
                                f"running it again in a fresh environment (retry {attempt + 1} of {retries}, "
                                f"astuner.rollout.episode_retries)")
+        if on_episode is not None:
+            on_episode(result)
         return result
 
     def _short_groups(self, episodes: list[EpisodeResult], repeats: int, train: bool) -> tuple[int, int]:
@@ -237,7 +246,7 @@ class RolloutManager:
             result = EpisodeResult(task=task, repeat_index=repeat_index, episode_uuid=episode_uuid)
             started = time.perf_counter()
             result.recorder.label = f"{episode_uuid} (task {task.task_id}, repeat {repeat_index})"
-            tuner = ModelTuner(self.engine, self.tokenizer, sampling, ro.max_model_len, result.recorder,
+            tuner = (self.tuner or ModelTuner)(self.engine, self.tokenizer, sampling, ro.max_model_len, result.recorder,
                                trainable_targets=self.trainable_targets,
                                chat_template_kwargs=ro.chat_template_kwargs, loop=asyncio.get_running_loop(),
                                reply_format=self.reply_format, gateway_settings=ro.openai_gateway,
@@ -296,7 +305,7 @@ class RolloutManager:
                                                      self.special_ids)
                 if result.mad_reasons:
                     result.reward, result.is_success, result.rewards = ro.agent_madness_reward, False, {}
-            trained = not result.failed or ro.failure_reward is not None
+            trained = (not result.failed or ro.failure_reward is not None) and self.builds_samples
             result.samples = build_samples(
                 result.recorder.calls, task_id=task.task_id, episode_uuid=result.episode_uuid,
                 repeat_index=repeat_index, max_samples=ro.multi_turn.max_sample_per_task,

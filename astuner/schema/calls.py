@@ -27,6 +27,16 @@ class CallRecord:
     tool_call_errors: list[str] = field(default_factory=list)
     decoded_response: str = ""  # all response ids decoded, end-of-turn token included (continuation matching)
     policy: str = "default"  # the policy that generated it (astuner.model.policies)
+    # what an endpoint that returns no token ids counted (`prompt_tokens`, `completion_tokens`); empty: the ids
+    usage: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return int(self.usage.get("prompt_tokens", len(self.prompt_ids)))
+
+    @property
+    def completion_tokens(self) -> int:
+        return int(self.usage.get("completion_tokens", len(self.response_ids)))
 
 
 @dataclass

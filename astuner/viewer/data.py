@@ -64,8 +64,26 @@ class RunData:
         keys = [k for k in CURVES if any(k in row for row in metrics)]
         extra = sorted({k for row in metrics for k in row if k.startswith("rollout/") and k.endswith("_rate")}
                        - set(keys))
-        return {"name": self.root.name, "path": str(self.root), "steps": self.steps(), "curves": keys + extra,
-                "metrics": [{k: row.get(k) for k in ["step", *keys, *extra] if k in row} for row in metrics]}
+        out = {"name": self.root.name, "path": str(self.root), "steps": self.steps(), "curves": keys + extra,
+               "metrics": [{k: row.get(k) for k in ["step", *keys, *extra] if k in row} for row in metrics]}
+        evaluation = self.evaluation()
+        if evaluation is not None:  # an `astuner eval` folder: model i's episodes are step i
+            out["labels"] = {str(m["step"]): m["label"] for m in evaluation["models"]}
+            out["eval"] = evaluation
+        return out
+
+    def evaluation(self) -> Optional[dict[str, Any]]:
+        """An evaluation folder's eval.json (astuner eval), its per-task figures left out; None elsewhere."""
+        path = self.root / "eval.json"
+        if not path.is_file():
+            return None
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"), parse_constant=lambda name: None)
+        except (OSError, UnicodeDecodeError, ValueError):
+            return None
+        models = [m for m in data.get("models") or [] if isinstance(m, dict) and "step" in m and "label" in m]
+        return {**{k: v for k, v in data.items() if k != "models"},
+                "models": [{k: v for k, v in m.items() if k != "per_task"} for m in models]}
 
     def episodes(self, step: int) -> list[dict[str, Any]]:
         return self._jsonl(self.trajectories / f"step_{int(step)}.jsonl")
@@ -93,7 +111,9 @@ class RunData:
             values = [r for r in rewards if isinstance(r, (int, float))]
             stats[task] = {"n": len(rewards), "mean": statistics.fmean(values) if values else None,
                            "std": statistics.pstdev(values) if len(values) > 1 else 0.0 if values else None}
-        return {"step": int(step), "episodes": table, "groups": stats}
+        label = next((m["label"] for m in (self.evaluation() or {"models": []})["models"] if m["step"] == int(step)),
+                     None)
+        return {"step": int(step), "episodes": table, "groups": stats, **({"label": label} if label else {})}
 
     def episode(self, step: int, uuid: str) -> Optional[dict[str, Any]]:
         row = next((r for r in self.episodes(step) if r.get("episode_uuid") == uuid), None)

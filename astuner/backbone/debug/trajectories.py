@@ -27,8 +27,8 @@ def episode_row(e: Any) -> dict[str, Any]:
         "policy_version": e.samples[0].policy_version if e.samples else None,
         "messages": last.messages if last else [], "response": last.response_text if last else None,
         "calls": len(e.recorder.calls), "tool_parse_failures": e.tool_parse_failures,
-        "prompt_tokens": len(last.prompt_ids) if last else 0,
-        "response_tokens": sum(len(c.response_ids) for c in e.recorder.calls),
+        "prompt_tokens": last.prompt_tokens if last else 0,  # (an endpoint's: the counts it reported)
+        "response_tokens": sum(c.completion_tokens for c in e.recorder.calls),
         # what was trained: per sample, its prompt, its response (generated tokens and, between calls,
         # tool results and new turns) and the tokens with loss mask 1 (the generated ones)
         "samples": [{"prompt_tokens": s.prompt_length, "response_tokens": len(s.loss_mask),

@@ -115,10 +115,28 @@ async function runPage() {
     el("p", { class: "muted" }, `${run.metrics.length} steps recorded` + (last ? `, last step ${last.step}` : "") +
       `; ${run.steps.length} with trajectories (click a dot to open its step).`),
     el("div", { class: "curves", id: "curves" }, run.curves.map((name) => curve(name, run.metrics, steps))),
-    el("h2", { text: "steps with trajectories" }),
-    el("div", { class: "steps", id: "steps" }, run.steps.map((s) => link(`step ${s}`, { step: s }))));
+    ...(run.eval ? [evalTable(run.eval)] : []),
+    el("h2", { text: run.eval ? "models' episodes" : "steps with trajectories" }),
+    el("div", { class: "steps", id: "steps" }, run.steps.map((s) => link(stepName(run, s), { step: s }))));
   clearTimeout(refreshTimer);
   if (run.live) refreshTimer = setTimeout(() => { if (!location.search) route(); }, 5000);  // a live run grows
+}
+
+// an `astuner eval` folder: model i's episodes are step i; its figures from eval.json
+const stepName = (run, s) => (run.labels && run.labels[String(s)]) || `step ${s}`;
+const interval = (v) => v ? `${fmt(v.mean)} [${fmt(v.ci95[0])}, ${fmt(v.ci95[1])}]` : "";
+
+function evalTable(ev) {
+  const ks = ev.models.length ? Object.keys(ev.models[0]["pass@k"] || {}) : [];
+  const head = el("tr", {}, ["model", "reward [95% CI]", "success [95% CI]", ...ks.map((k) => `pass@${k}`),
+    "calls/ep", "failed"].map((h) => el("th", { text: h })));
+  const rows = ev.models.map((m) => el("tr", {}, [link(m.label, { step: m.step }), interval(m.reward),
+    interval(m.success), ...ks.map((k) => fmt(m["pass@k"][k])), fmt(m.per_episode && m.per_episode.calls),
+    fmt(m.failed)].map((c) => el("td", {}, c))));
+  const diffs = (ev.differences || []).map((d) => el("li", {},
+    `${d.b} − ${d.a}: reward ${interval(d.reward)}` + (d.reward && d.reward.excludes_0 ? "" : " (includes 0)")));
+  return el("div", { id: "eval" }, el("h2", { text: `evaluation: ${ev.tasks} ${ev.split} tasks × ${ev.k} episodes` }),
+    el("table", {}, el("thead", {}, head), el("tbody", {}, rows)), el("ul", {}, diffs));
 }
 
 // ---------- step page ----------
@@ -202,7 +220,7 @@ async function stepPage(step) {
   };
   filter.addEventListener("input", () => { state.filter = filter.value; state.render(); });
   group.addEventListener("change", () => { state.group = group.checked; state.render(); });
-  app.replaceChildren(el("h2", { text: `step ${step}` }),
+  app.replaceChildren(el("h2", { text: data.label || `step ${step}` }),
     el("p", {}, filter, " ", el("label", {}, group, " group by task (GRPO groups)"), " ", count), holder);
   state.render();
 }

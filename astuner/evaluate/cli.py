@@ -1,0 +1,94 @@
+"""`astuner eval --conf X.yaml --model A [--model B ...]`: the config's workflow and judge over a split, k episodes
+per task, for each model; a table on the terminal, `DIR/eval.json` and the episodes (`astuner view DIR`).
+Exit codes as the training command's: 0 ok, 2 a user error (one line), 1 an internal failure, 130 interrupted."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+from astuner.cli_args import OneLineParser
+
+DEFAULT_OUT = "eval_record"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="astuner eval",
+                           description="Evaluate and compare models on a config's tasks, with 95% intervals.")
+    parser.add_argument("--conf", required=True, metavar="PATH", help="the experiment YAML (workflow, judge, tasks)")
+    parser.add_argument("--model", action="append", required=True, metavar="MODEL",
+                        help="a model folder, a checkpoint (global_step_N, LoRA included) or "
+                             "base_url=URL,model=NAME[,api_key_env=VAR]; label=NAME, first, names it; repeat to "
+                             "compare (differences are each later model minus an earlier one)")
+    parser.add_argument("--split", choices=["val", "train"], default="val", help="the tasks (default: val)")
+    parser.add_argument("--limit", type=int, metavar="N", help="the first N tasks of the split")
+    parser.add_argument("--k", type=int, metavar="K",
+                        help="episodes per task (default: astuner.rollout.val_kwargs.num_repeat); pass@1..K reported")
+    parser.add_argument("--out", metavar="DIR",
+                        help=f"a new folder for eval.json and the episodes (default: {DEFAULT_OUT}/<experiment>-<time>)")
+    parser.add_argument("--verbose", action="store_true", help="the libraries' own warnings and progress bars")
+    parser.add_argument("overrides", nargs="*", metavar="OVERRIDE", help="Hydra-style config overrides")
+    return parser
+
+
+def main(argv: Sequence[str]) -> int:
+    try:
+        args = build_parser().parse_intermixed_args(list(argv))
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    from astuner.errors import AstunerError
+
+    try:
+        return _evaluate(args)
+    except AstunerError as exc:
+        for line in getattr(exc, "lines", [str(exc)]):
+            print(f"astuner: error: {' '.join(line.splitlines())}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("astuner: error: interrupted", file=sys.stderr)
+        return 130
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from astuner.errors import DataError
+
+    if (args.limit is not None and args.limit < 1) or (args.k is not None and args.k < 1):
+        raise DataError("--limit and --k must be at least 1")
+    from astuner.records.progress import quiet_libraries
+
+    quiet_libraries(args.verbose)
+    from astuner.model.openmp import prefer_passive_waits
+
+    prefer_passive_waits()
+    from astuner.config import load_run_config
+    from astuner.errors import Found
+    from astuner.evaluate import candidates as cands
+    from astuner.plugins import resolve_plugins
+
+    found = Found()
+    models = [found.attempt(cands.parse, spec)[1] for spec in args.model]
+    composed, config = found.attempt(load_run_config, args.conf, args.overrides, found)
+    plugins = resolve_plugins(config, found) if composed else None
+    found.raise_all()
+    cands.unique_labels(models)
+    from astuner.evaluate.runner import check_config
+
+    check_config(config)
+    out = Path(args.out) if args.out else Path(DEFAULT_OUT) / f"{config.experiment_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise DataError(f"--out {out} exists and is not empty: name a new folder (nothing there is overwritten)")
+    out.mkdir(parents=True, exist_ok=True)
+    from astuner.records.run_dir import setup_logging
+
+    setup_logging(out / "eval.log")
+    from astuner.evaluate.evaluation import run_evaluation
+
+    result = run_evaluation(config, plugins, models, args.split, args.limit, args.k, out)
+    from astuner.evaluate.report import table
+
+    print(table(result))
+    print(f"astuner: eval.json and the episodes in {out} (astuner view {out})", file=sys.stderr)
+    return 0

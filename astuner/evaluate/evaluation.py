@@ -1,0 +1,34 @@
+"""An evaluation from start to end: the split's tasks, each candidate evaluated in turn (its engine freed before the
+next loads), its episodes written as they finish, then eval.json with every model's figures and each pair's
+difference."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from astuner.evaluate.candidates import Candidate
+from astuner.evaluate.report import figures, report, write_episodes, write_report
+from astuner.evaluate.runner import evaluate_candidate, split_tasks
+
+
+def run_evaluation(config: Any, plugins: Any, candidates: list[Candidate], split: str, limit: Optional[int],
+                   k: Optional[int], out: Path) -> dict[str, Any]:
+    from astuner.model.auxiliary import config_auxiliary_models
+
+    cfg = config.astuner
+    k = k or cfg.rollout.val_kwargs.num_repeat
+    tasks = split_tasks(cfg, config.extra_roots, split, limit)
+    auxiliary = config_auxiliary_models(cfg, config.extra_roots)
+    out.mkdir(parents=True, exist_ok=True)  # (the command made it; select_model-like callers may not have)
+    seed = cfg.rollout.seed
+    models = []
+    for step, candidate in enumerate(candidates, start=1):
+        evaluated = evaluate_candidate(config, plugins, candidate, tasks, k, split, out, auxiliary)
+        write_episodes(out, step, evaluated)
+        models.append(figures(evaluated, k, seed))
+    meta = {"experiment": config.experiment_name, "split": split, "tasks": len(tasks), "k": k, "seed": seed,
+            "sampling": {"temperature": cfg.rollout.val_kwargs.temperature, "top_p": cfg.rollout.val_kwargs.top_p}}
+    result = report(models, seed, meta)
+    write_report(out, result)
+    return result

@@ -1,0 +1,151 @@
+"""One evaluation: each candidate model plays the config's workflow, judged by its judge, `k` episodes on each task
+of a split, through the same rollout code as training (`RolloutManager`: the episodes, retries, the gateway for
+agents with their own client, the judge, the trajectories' rows). Every candidate gets the same tasks, the same
+episode ids and an engine seeded the same (`rollout.seed`), so two models' episodes pair task by task.
+
+Local models run on the engine the config names (hf, or vllm where installed; a config's `openai` engine is for
+training against a server, so a local candidate runs on hf); a LoRA adapter runs merged into its base (hf in
+memory, vllm from a merged folder in the output). An endpoint runs through `EndpointTuner`."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from loguru import logger
+
+from astuner.errors import ConfigError, DataError
+from astuner.evaluate.candidates import Candidate
+from astuner.rollout.manager import EpisodeResult, RolloutManager, build_judge
+from astuner.rollout.row_problems import RowProblems
+
+
+@dataclass
+class Evaluated:
+    candidate: Candidate
+    episodes: list[EpisodeResult]
+    wall_s: float
+    tokenizer: Any = None  # the local model's (its trajectories' tokens); None for an endpoint
+    notes: list[str] = field(default_factory=list)
+
+
+def split_tasks(cfg: Any, extra_roots: list[Any], split: str, limit: Optional[int]) -> list[Any]:
+    """The split's tasks, in the reader's order, the first `limit` of them."""
+    from astuner.task_reader import build_task_reader
+
+    reader = build_task_reader(cfg, extra_roots)
+    tasks = reader.val_tasks() if split == "val" else reader.train_tasks()
+    if not tasks:
+        other = "train" if split == "val" else "val"
+        raise DataError(f"the config's {'validation' if split == 'val' else 'training'} split holds no tasks; "
+                        f"evaluate on --split {other}, or name a {split} file in astuner.task_reader")
+    return tasks[:limit] if limit else tasks
+
+
+def load_local(cfg: Any, candidate: Candidate, out: Path) -> tuple[Any, Any]:
+    """(engine, tokenizer) of a local candidate: its weights on the config's engine."""
+    from astuner.backbone.debug import lora
+    from astuner.model.engines.factory import build_engine, load_tokenizer, pick_engine
+
+    folder = candidate.folder
+    assert folder is not None
+    tokenizer = load_tokenizer(str(folder), f"--model {candidate.label}")
+    vllm = pick_engine(cfg) == "vllm"
+    ro = cfg.rollout
+    if lora.is_adapter_folder(folder):
+        if not vllm:
+            return _merged_hf(cfg, folder, tokenizer), tokenizer
+        merged = out / "merged" / candidate.label.replace("/", "_")
+        folder = merged if merged.is_dir() else lora.merge_checkpoint(folder, merged)
+    if vllm:
+        return build_engine(cfg, tokenizer, model_path=str(folder)), tokenizer
+    from astuner.model.engines.hf import HFEngine
+
+    return HFEngine.from_pretrained(str(folder), tokenizer, ro.max_num_seqs, ro.batch_wait_ms, ro.seed), tokenizer
+
+
+def _merged_hf(cfg: Any, folder: Path, tokenizer: Any) -> Any:
+    """An hf engine over the adapter merged into its base (the base its adapter_config.json names)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from astuner.backbone.debug import lora
+    from astuner.model.engines.hf import HFEngine, pad_id_of, stop_token_ids_of
+
+    base = lora.adapter_config(folder).get("base_model_name_or_path")
+    if not base:
+        raise DataError(f"--model {folder}: its adapter_config.json names no base model (base_model_name_or_path)")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    try:
+        model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype)
+    except OSError as exc:
+        raise DataError(f"--model {folder}: cannot load its base model {base!r} ({str(exc).splitlines()[0][:120]})"
+                        ) from None
+    model = lora.load_adapter(model, folder, False).merge_and_unload().to(device).eval()
+    ro = cfg.rollout
+    return HFEngine(model, stop_token_ids_of(tokenizer, model), pad_id_of(tokenizer), ro.max_num_seqs,
+                    ro.batch_wait_ms, ro.seed)
+
+
+def evaluate_candidate(config: Any, plugins: Any, candidate: Candidate, tasks: list[Any], k: int, split: str,
+                       out: Path, auxiliary: dict[str, Any]) -> Evaluated:
+    """`candidate`'s k episodes of each task, with a progress bar and its ETA."""
+    from astuner.records.progress import Progress
+
+    cfg = config.astuner
+    if candidate.is_endpoint:
+        from astuner.model.endpoint_tuner import Endpoint, EndpointTuner
+
+        engine, tokenizer = None, None
+        tuner = functools.partial(EndpointTuner, endpoint=Endpoint(candidate.base_url, candidate.model,
+                                                                   candidate.api_key_env))
+    else:
+        engine, tokenizer = load_local(cfg, candidate, out)
+        tuner = None
+    manager = RolloutManager(cfg, plugins.workflow, build_judge(plugins.judge, cfg), engine, tokenizer,
+                             auxiliary_models=auxiliary, row_problems=RowProblems(), tuner=tuner,
+                             builds_samples=tokenizer is not None)
+    bar = Progress(len(tasks) * k, f"eval {candidate.label}", unit="episode", every_s=15.0)
+    rewards: list[float] = []
+
+    def done(result: EpisodeResult) -> None:
+        rewards.append(result.reward)
+        bar.update(1, reward=f"{sum(rewards) / len(rewards):.3f}")
+
+    loop = asyncio.new_event_loop()
+    started = time.perf_counter()
+    try:
+        batch = loop.run_until_complete(manager.run(tasks, "val", num_repeat=k, tag=f"eval:{split}",
+                                                    check_error_rate=False, on_episode=done))
+    finally:
+        bar.close()
+        shutdown = getattr(engine, "shutdown", None)
+        if shutdown is not None:
+            shutdown()
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.close()
+    wall = time.perf_counter() - started
+    summary = manager.row_problems.summary()
+    evaluated = Evaluated(candidate, batch.episodes, wall, tokenizer, [summary] if summary else [])
+    failed = sum(e.failed for e in batch.episodes)
+    logger.info(f"eval {candidate.label}: {len(batch.episodes)} episodes in {wall:.0f} s, reward "
+                f"{sum(rewards) / max(len(rewards), 1):.3f}" + (f", {failed} failed" if failed else ""))
+    return evaluated
+
+
+def check_config(config: Any) -> None:
+    """What an evaluation of one model cannot do with this config."""
+    cfg = config.astuner
+    if cfg.policies:
+        raise ConfigError(f"astuner eval evaluates one model serving every agent; this config trains "
+                          f"{len(cfg.policies)} policies (astuner.policies): evaluate each policy's checkpoint "
+                          f"with a config of one policy")

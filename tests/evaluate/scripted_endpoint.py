@@ -1,0 +1,68 @@
+"""A local OpenAI-compatible chat-completions server for the tests (Starlette on uvicorn, in a thread): it plays the
+main job's sensor task. Model `careful` calls `read_sensor`, then answers the reading in \\boxed{}; `sloppy`
+answers a reading with its digits reversed; `mute` answers without calling the tool. Each request is kept
+(`requests`), its Authorization header too; usage counts are the characters of the request / 4 and 7."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from typing import Any
+
+KEY = "sk-test-endpoint"
+
+
+class ScriptedEndpoint:
+    def __init__(self) -> None:
+        from starlette.applications import Starlette
+        from starlette.requests import Request
+        from starlette.responses import JSONResponse
+        from starlette.routing import Route
+
+        self.requests: list[dict[str, Any]] = []
+
+        async def completions(request: Request) -> JSONResponse:
+            body = await request.json()
+            self.requests.append({**body, "authorization": request.headers.get("authorization")})
+            if request.headers.get("authorization") != f"Bearer {KEY}":
+                return JSONResponse({"error": {"message": "bad key", "type": "invalid_request_error"}}, 401)
+            return JSONResponse(self.reply(body))
+
+        app = Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])
+        import uvicorn
+
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+
+    def reply(self, body: dict[str, Any]) -> dict[str, Any]:
+        messages, model = body["messages"], body["model"]
+        last = messages[-1]
+        message: dict[str, Any] = {"role": "assistant", "content": None}
+        if last["role"] == "tool":
+            reading = str(last["content"]).strip()
+            answer = reading if model == "careful" else reading[::-1]
+            message["content"] = f"The sensor reads \\boxed{{{answer}}}."
+        elif model == "mute":
+            message["content"] = "\\boxed{0}"
+        else:
+            message["tool_calls"] = [{"id": f"call_{len(self.requests)}", "type": "function",
+                                      "function": {"name": "read_sensor", "arguments": "{}"}}]
+        return {"id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion", "created": 0, "model": model,
+                "choices": [{"index": 0, "message": message,
+                             "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
+                "usage": {"prompt_tokens": len(json.dumps(messages)) // 4, "completion_tokens": 7,
+                          "total_tokens": len(json.dumps(messages)) // 4 + 7}}
+
+    def close(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)

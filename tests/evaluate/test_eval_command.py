@@ -1,0 +1,142 @@
+"""`astuner eval` on the main job's config (the sensor ReActAgent: a tool call, then the answer), its candidates
+as a user has them: the base model, a run's checkpoint, a LoRA run's checkpoint (and the same merged by
+`astuner merge-lora`), and an OpenAI-compatible endpoint (a local server, through the openai SDK)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from astuner.viewer.data import RunData
+from tests.conftest import REPO_ROOT, run_cli
+from tests.evaluate.scripted_endpoint import KEY, ScriptedEndpoint
+
+CONF = REPO_ROOT / "tutorial" / "example_agent_cpu" / "sensor_agent.yaml"
+SHORT = ["astuner.trainer_common.total_training_steps=1", "astuner.trainer_common.sft.steps=30",
+         "astuner.data.train_batch_size=2", "astuner.rollout.num_repeat=2"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> dict[str, Path]:
+    """The main job's config, a short warm start (30 SFT steps: the weights move) and one RL step, with full weights
+    and with LoRA (each run's checkpoint global_step_1); the tiny model it starts from; the LoRA checkpoint
+    merged."""
+    from astuner.cli import main
+
+    root = tmp_path_factory.mktemp("eval_runs")
+    model = root / "model"
+    runs = root / "runs"
+    for name, extra in (("full", []), ("lora", ["+astuner.model.lora.rank=8"])):
+        code = main(["--conf", str(CONF), "--exp-dir", str(runs), f"astuner.experiment_name={name}",
+                     f"astuner.model.path={model}", *SHORT, *extra])
+        assert code == 0, name
+    merged = root / "merged"
+    assert main(["merge-lora", str(runs / "lora" / "checkpoints" / "global_step_1"), "--out", str(merged)]) == 0
+    return {"model": model, "full": runs / "full" / "checkpoints" / "global_step_1",
+            "lora": runs / "lora" / "checkpoints" / "global_step_1", "merged": merged}
+
+
+@pytest.fixture
+def endpoint():
+    server = ScriptedEndpoint()
+    yield server
+    server.close()
+
+
+def responses(out: Path, step: int) -> dict[tuple, str]:
+    rows = [json.loads(line) for line in (out / "trajectories" / f"step_{step}.jsonl").read_text().splitlines()]
+    return {(r["task_id"], r["repeat_index"], r["episode_uuid"]): r["response"] for r in rows}
+
+
+def test_eval_compares_a_checkpoint_a_lora_checkpoint_and_an_endpoint(trained, endpoint, tmp_path, capsys,
+                                                                      monkeypatch):
+    monkeypatch.setenv("EVAL_TEST_KEY", KEY)
+    out = tmp_path / "eval"
+    code, table, err = run_cli(
+        ["eval", "--conf", str(CONF), "--limit", "6", "--k", "2", "--out", str(out),
+         "--model", f"label=base,path={trained['model']}", "--model", str(trained["full"]),
+         "--model", f"label=lora,path={trained['lora']}", "--model", f"label=merged,path={trained['merged']}",
+         "--model", f"base_url={endpoint.base_url},model=careful,api_key_env=EVAL_TEST_KEY"], capsys)
+    assert code == 0, err[-3000:]
+    result = json.loads((out / "eval.json").read_text())
+    labels = [m["label"] for m in result["models"]]
+    assert labels == ["base", "checkpoints/global_step_1", "lora", "merged", "careful"]
+    assert result["split"] == "val" and result["tasks"] == 6 and result["k"] == 2
+    for step, m in enumerate(result["models"], start=1):
+        assert m["step"] == step and m["episodes"] == 12 and m["tasks"] == 6 and m["failed"] == 0
+        for key in ("reward", "success"):
+            low, high = m[key]["ci95"]
+            assert low <= m[key]["mean"] <= high
+        assert set(m["pass@k"]) == {"1", "2"} and m["pass@k"]["1"] == pytest.approx(m["success"]["mean"])
+        assert m["avg@2"] == pytest.approx(m["reward"]["mean"])
+        assert set(m["per_episode"]) == {"calls", "prompt_tokens", "completion_tokens", "tool_parse_failures"}
+        assert m["per_episode"]["calls"] >= 1 and m["per_episode"]["prompt_tokens"] > 0 and m["wall_s"] > 0
+        assert label_in_table(table, m["label"])
+
+    # the endpoint played the agent through the openai SDK: the tool call, then the answer from its result
+    careful = result["models"][4]
+    assert careful["reward"]["mean"] == 1.0 and careful["pass@k"]["2"] == 1.0
+    assert careful["per_episode"]["calls"] == 2.0 and careful["per_episode"]["completion_tokens"] == 14.0
+    assert len(endpoint.requests) == 24 and {r["authorization"] for r in endpoint.requests} == {f"Bearer {KEY}"}
+    assert all(r["model"] == "careful" and r["tools"][0]["function"]["name"] == "read_sensor" for r in endpoint.requests)
+    answered = [r for r in endpoint.requests if r["messages"][-1]["role"] == "tool"]
+    assert len(answered) == 12 and all(r["messages"][-2]["tool_calls"][0]["function"]["arguments"] == "{}"
+                                       for r in answered)
+    # each pair's difference on the same tasks: the endpoint's gain over the random tiny model is told from noise
+    pairs = {(d["a"], d["b"]): d for d in result["differences"]}
+    assert len(pairs) == 10
+    gain = pairs[("base", "careful")]["reward"]
+    assert gain["mean"] > 0.9 and gain["ci95"][0] > 0 and gain["excludes_0"]
+    assert "careful - base: reward" in table
+
+    # the LoRA checkpoint is its adapter over the base: episode for episode what the merged model says
+    assert responses(out, 3) == responses(out, 4) != responses(out, 1)
+    assert result["models"][2]["per_task"] == result["models"][3]["per_task"]
+    # every model played the same episodes (ids from the same tags: paired task by task, seed by seed)
+    assert len({frozenset(k[:2] for k in responses(out, s)) for s in range(1, 6)}) == 1
+
+    # astuner view opens the folder: a model's episodes under its label, the figures from eval.json
+    data = RunData(out)
+    run = data.run()
+    assert run["labels"] == {str(i): label for i, label in enumerate(labels, start=1)}
+    assert [m["label"] for m in run["eval"]["models"]] == labels and "per_task" not in run["eval"]["models"][0]
+    step = data.step(5)
+    assert step["label"] == "careful" and len(step["episodes"]) == 12
+    assert all(e["reward"] == 1.0 and e["calls"] == 2 and e["tokens"] == 14 for e in step["episodes"])
+    assert data.episode(1, step["episodes"][0]["episode_uuid"])["samples"]  # a local model's tokens are kept
+
+
+def label_in_table(table: str, label: str) -> bool:
+    return any(line.startswith(label + " ") for line in table.splitlines())
+
+
+def test_eval_refuses_what_it_cannot_run_in_one_line(trained, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("EVAL_TEST_KEY", raising=False)
+    base = ["eval", "--conf", str(CONF), "--limit", "2", "--k", "1"]
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "verl" / "global_step_2" / "actor").mkdir(parents=True)
+    (tmp_path / "taken" / "eval.json").write_text("{}")
+    cases = {
+        "no such folder": ["--model", str(tmp_path / "missing")],
+        "model= is missing": ["--model", "base_url=http://127.0.0.1:9/v1"],
+        "EVAL_TEST_KEY is not set": ["--model", "base_url=http://127.0.0.1:9/v1,model=m,api_key_env=EVAL_TEST_KEY"],
+        "must start with http": ["--model", "base_url=ftp://x,model=m"],
+        "unknown temperature": ["--model", "base_url=http://127.0.0.1:9/v1,model=m,temperature=0"],
+        "two models are labelled": ["--model", f"label=a,path={trained['model']}", "--model",
+                                    f"label=a,path={trained['full']}"],
+        "holds no model": ["--model", str(tmp_path / "taken")],
+        "merge it into a model folder first": ["--model", str(tmp_path / "verl" / "global_step_2")],
+        "exists and is not empty": ["--model", str(trained["model"]), "--out", str(tmp_path / "taken")],
+        "at least 1": ["--model", str(trained["model"]), "--limit", "0"],
+    }
+    for needle, args in cases.items():
+        code, out, err = run_cli([*base, *args], capsys)
+        lines = [line for line in err.splitlines() if line.startswith("astuner: error:")]
+        assert code == 2 and len(lines) == 1 and needle in lines[0], (needle, err[-1500:])
+    assert (tmp_path / "taken" / "eval.json").read_text() == "{}"  # nothing overwritten
+    # no validation split: said, with what to do
+    code, out, err = run_cli([*base, "--model", str(trained["model"]), "--out", str(tmp_path / "e"),
+                              "astuner.task_reader.dataset_file.validation.file_path=null"], capsys)
+    assert code == 2 and "holds no tasks; evaluate on --split train" in err, err[-1500:]
