@@ -50,6 +50,15 @@ def main(argv: Sequence[str]) -> int:
     except KeyboardInterrupt:
         print("astuner: error: interrupted", file=sys.stderr)
         return 130
+    except Exception:
+        import traceback
+
+        from loguru import logger
+
+        logger.error(f"internal failure:\n{traceback.format_exc()}")
+        print("astuner: error: internal failure (traceback above); please report it with the config you ran",
+              file=sys.stderr)
+        return 1
 
 
 def _evaluate(args: argparse.Namespace) -> int:

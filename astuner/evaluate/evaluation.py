@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
+from astuner.errors import DataError
 from astuner.evaluate.candidates import Candidate
 from astuner.evaluate.report import figures, report, write_episodes, write_report
 from astuner.evaluate.runner import evaluate_candidate, split_tasks
@@ -26,6 +27,11 @@ def run_evaluation(config: Any, plugins: Any, candidates: list[Candidate], split
     for step, candidate in enumerate(candidates, start=1):
         evaluated = evaluate_candidate(config, plugins, candidate, tasks, k, split, out, auxiliary)
         write_episodes(out, step, evaluated)
+        if all(e.failed for e in evaluated.episodes):  # a setup problem (a key, an unreachable endpoint), not a score
+            first = (evaluated.episodes[0].error or "").strip().splitlines()
+            raise DataError(f"--model {candidate.label}: every one of its {len(evaluated.episodes)} episodes failed "
+                            f"(their episodes in {out / 'trajectories'}, tracebacks in {out / 'eval.log'}); the first: "
+                            f"{first[-1][:200] if first else 'unknown'}")
         models.append(figures(evaluated, k, seed))
     meta = {"experiment": config.experiment_name, "split": split, "tasks": len(tasks), "k": k, "seed": seed,
             "sampling": {"temperature": cfg.rollout.val_kwargs.temperature, "top_p": cfg.rollout.val_kwargs.top_p}}

@@ -24,6 +24,9 @@ from astuner.rollout.manager import EpisodeResult, RolloutManager, build_judge
 from astuner.rollout.row_problems import RowProblems
 
 
+PROGRESS_EVERY_S = 15.0  # without a terminal: a progress line (done, mean reward, ETA) at most this often
+
+
 @dataclass
 class Evaluated:
     candidate: Candidate
@@ -60,7 +63,8 @@ def load_local(cfg: Any, candidate: Candidate, out: Path) -> tuple[Any, Any]:
         if not vllm:
             return _merged_hf(cfg, folder, tokenizer), tokenizer
         merged = out / "merged" / candidate.label.replace("/", "_")
-        folder = merged if merged.is_dir() else lora.merge_checkpoint(folder, merged)
+        merged.parent.mkdir(parents=True, exist_ok=True)
+        folder = lora.merge_checkpoint(folder, merged)
     if vllm:
         return build_engine(cfg, tokenizer, model_path=str(folder)), tokenizer
     from astuner.model.engines.hf import HFEngine
@@ -110,7 +114,7 @@ def evaluate_candidate(config: Any, plugins: Any, candidate: Candidate, tasks: l
     manager = RolloutManager(cfg, plugins.workflow, build_judge(plugins.judge, cfg), engine, tokenizer,
                              auxiliary_models=auxiliary, row_problems=RowProblems(), tuner=tuner,
                              builds_samples=tokenizer is not None)
-    bar = Progress(len(tasks) * k, f"eval {candidate.label}", unit="episode", every_s=15.0)
+    bar = Progress(len(tasks) * k, f"eval {candidate.label}", unit="episode", every_s=PROGRESS_EVERY_S)
     rewards: list[float] = []
 
     def done(result: EpisodeResult) -> None:

@@ -140,3 +140,37 @@ def test_eval_refuses_what_it_cannot_run_in_one_line(trained, tmp_path, capsys, 
     code, out, err = run_cli([*base, "--model", str(trained["model"]), "--out", str(tmp_path / "e"),
                               "astuner.task_reader.dataset_file.validation.file_path=null"], capsys)
     assert code == 2 and "holds no tasks; evaluate on --split train" in err, err[-1500:]
+
+
+def test_eval_of_an_agent_with_its_own_openai_client_goes_through_the_gateway(trained, endpoint, tmp_path, capsys,
+                                                                             monkeypatch):
+    """The openai-SDK sensor agent (tutorial/example_openai_agent): its calls reach the local model and the
+    endpoint through the episode's gateway key, recorded as the episode's."""
+    from astuner.evaluate import runner
+
+    monkeypatch.setenv("EVAL_TEST_KEY", KEY)
+    monkeypatch.setattr(runner, "PROGRESS_EVERY_S", 0.0)  # a progress line per episode (no terminal here)
+    out = tmp_path / "eval"
+    conf = REPO_ROOT / "tutorial" / "example_openai_agent" / "openai_agent.yaml"
+    code, table, err = run_cli(
+        ["eval", "--conf", str(conf), "--limit", "3", "--k", "2", "--out", str(out),
+         "--model", f"label=warm,path={trained['full']}",
+         "--model", f"base_url={endpoint.base_url},model=careful,api_key_env=EVAL_TEST_KEY"], capsys)
+    assert code == 0, err[-3000:]
+    warm, careful = json.loads((out / "eval.json").read_text())["models"]
+    assert warm["failed"] == careful["failed"] == 0
+    assert warm["per_episode"]["calls"] >= 1 and warm["per_episode"]["completion_tokens"] > 0
+    assert careful["reward"]["mean"] == 1.0 and careful["per_episode"]["calls"] == 2.0
+    assert len(endpoint.requests) == 12 and all(r["tools"][0]["function"]["name"] == "read_sensor"
+                                                for r in endpoint.requests)
+    log = (out / "eval.log").read_text()
+    assert "eval warm: 1/6, reward" in log and ", eta " in log and "eval careful: 5/6" in log
+
+    # an endpoint that refuses every call (a wrong key): one line naming the model and the first error, exit 2
+    monkeypatch.setenv("EVAL_TEST_KEY", "sk-wrong")
+    code, _, err = run_cli(["eval", "--conf", str(conf), "--limit", "1", "--k", "2", "--out", str(tmp_path / "bad"),
+                            "--model", f"base_url={endpoint.base_url},model=careful,api_key_env=EVAL_TEST_KEY"],
+                           capsys)
+    lines = [line for line in err.splitlines() if line.startswith("astuner: error:")]
+    assert code == 2 and len(lines) == 1, err[-2000:]
+    assert "--model careful: every one of its 2 episodes failed" in lines[0] and "401" in lines[0], lines[0]

@@ -185,3 +185,34 @@ def test_the_conversation_of_a_multi_agent_episode_shows_every_agents_turns(brow
         assert label == f"agent {agent}"
         assert len(messages) == 2 and turn["messages"][0]["content"] in messages[0]  # its prompt, then its reply
         assert messages[1].lower().startswith(f"assistant · {agent}") and messages[1].endswith(turn["response"].strip())
+
+
+def test_an_evaluation_folder_shows_its_models_figures_and_each_models_episodes(browser, tiny_run, tmp_path, capsys):
+    """`astuner eval`'s folder in the viewer: the table of figures and differences, each model's episodes under its
+    label (the episodes table, sortable as a run's)."""
+    from astuner.cli import main
+    from astuner.viewer import start_viewer
+
+    out = tmp_path / "eval"
+    model = tiny_run.parent / "model"
+    assert main(["eval", "--conf", str(REPO_ROOT / "tutorial" / "example_tiny_cpu" / "tiny_cpu.yaml"), "--limit", "4",
+                 "--k", "2", "--out", str(out), "--model", f"label=first,path={model}",
+                 "--model", f"label=second,path={model}"]) == 0
+    capsys.readouterr()
+    server = start_viewer(out)
+    try:
+        browser.get(server.url)
+        table = wait(browser, EC.presence_of_element_located((By.CSS_SELECTOR, "#eval table")))
+        rows = [r.text for r in table.find_elements(By.CSS_SELECTOR, "tbody tr")]
+        assert [r.split()[0] for r in rows] == ["first", "second"], rows
+        assert "evaluation: 4 val tasks × 2 episodes" in browser.find_element(By.ID, "eval").text
+        assert "second − first: reward" in browser.find_element(By.ID, "eval").text
+        links = browser.find_elements(By.CSS_SELECTOR, "#steps a")
+        assert [a.text for a in links] == ["first", "second"]
+        links[1].click()
+        wait(browser, EC.presence_of_element_located((By.CSS_SELECTOR, "#episodes tr.episode")))
+        assert browser.find_element(By.TAG_NAME, "h2").text == "second"
+        assert len(visible_rows(browser)) == 8
+    finally:
+        server.shutdown()
+        server.server_close()
