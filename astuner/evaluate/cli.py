@@ -28,7 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--k", type=int, metavar="K",
                         help="episodes per task (default: astuner.rollout.val_kwargs.num_repeat); pass@1..K reported")
     parser.add_argument("--out", metavar="DIR",
-                        help=f"a new folder for eval.json and the episodes (default: {DEFAULT_OUT}/<experiment>-<time>)")
+                        help=f"a new folder for eval.json and the episodes "
+                             f"(default: {DEFAULT_OUT}/<experiment>-<time>)")
     parser.add_argument("--verbose", action="store_true", help="the libraries' own warnings and progress bars")
     parser.add_argument("overrides", nargs="*", metavar="OVERRIDE", help="Hydra-style config overrides")
     return parser
@@ -86,7 +87,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     from astuner.evaluate.runner import check_config
 
     check_config(config)
-    out = Path(args.out) if args.out else Path(DEFAULT_OUT) / f"{config.experiment_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = Path(args.out) if args.out else Path(DEFAULT_OUT) / f"{config.experiment_name}-{stamp}"
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise DataError(f"--out {out} exists and is not empty: name a new folder (nothing there is overwritten)")
     out.mkdir(parents=True, exist_ok=True)

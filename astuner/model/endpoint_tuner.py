@@ -122,6 +122,6 @@ class EndpointTuner(ModelTuner):
             prompt_ids=[], response_ids=[], logprobs=[],
             finish_reason="length" if choice.finish_reason == "length" else "stop",
             response_text=choice.message.content or "", tool_call_errors=parsed.errors,
-            usage={"prompt_tokens": int(usage.prompt_tokens or 0), "completion_tokens": int(usage.completion_tokens or 0)}
-            if usage is not None else {})
+            usage={} if usage is None else {"prompt_tokens": int(usage.prompt_tokens or 0),
+                                            "completion_tokens": int(usage.completion_tokens or 0)})
         return CompletedCall(record, parsed, ids)

@@ -246,11 +246,11 @@ class RolloutManager:
             result = EpisodeResult(task=task, repeat_index=repeat_index, episode_uuid=episode_uuid)
             started = time.perf_counter()
             result.recorder.label = f"{episode_uuid} (task {task.task_id}, repeat {repeat_index})"
-            tuner = (self.tuner or ModelTuner)(self.engine, self.tokenizer, sampling, ro.max_model_len, result.recorder,
-                               trainable_targets=self.trainable_targets,
-                               chat_template_kwargs=ro.chat_template_kwargs, loop=asyncio.get_running_loop(),
-                               reply_format=self.reply_format, gateway_settings=ro.openai_gateway,
-                               policies=self.policies, engines=self.engines)
+            tuner = (self.tuner or ModelTuner)(
+                self.engine, self.tokenizer, sampling, ro.max_model_len, result.recorder,
+                trainable_targets=self.trainable_targets, chat_template_kwargs=ro.chat_template_kwargs,
+                loop=asyncio.get_running_loop(), reply_format=self.reply_format, gateway_settings=ro.openai_gateway,
+                policies=self.policies, engines=self.engines)
             env = self._env_handle(task, result.episode_uuid)
             workflow_task = WorkflowTask(task=task, repeat_index=repeat_index, episode_uuid=result.episode_uuid, env=env,
                                          workflow_args=dict(ro.workflow_args), auxiliary_models=self.auxiliary_models)

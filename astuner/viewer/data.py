@@ -81,7 +81,10 @@ class RunData:
             data = json.loads(path.read_text(encoding="utf-8"), parse_constant=lambda name: None)
         except (OSError, UnicodeDecodeError, ValueError):
             return None
-        models = [m for m in data.get("models") or [] if isinstance(m, dict) and "step" in m and "label" in m]
+        if not isinstance(data, dict) or not isinstance(data.get("models"), list):
+            return None
+        models = [m for m in data["models"] if isinstance(m, dict) and isinstance(m.get("step"), int)
+                  and isinstance(m.get("label"), str)]
         return {**{k: v for k, v in data.items() if k != "models"},
                 "models": [{k: v for k, v in m.items() if k != "per_task"} for m in models]}
 

@@ -1,6 +1,7 @@
 """A local OpenAI-compatible chat-completions server for the tests (Starlette on uvicorn, in a thread): it plays the
 main job's sensor task. Model `careful` calls `read_sensor`, then answers the reading in \\boxed{}; `sloppy`
-answers a reading with its digits reversed; `mute` answers without calling the tool. Each request is kept
+answers a reading with its digits reversed; `mute` answers without calling the tool; `odd` answers with thinking,
+three tool calls (one good, one whose arguments are no JSON, one to a tool not offered), cut by its length limit. Each request is kept
 (`requests`), its Authorization header too; usage counts are the characters of the request / 4 and 7."""
 
 from __future__ import annotations
@@ -54,6 +55,14 @@ class ScriptedEndpoint:
             message["content"] = f"The sensor reads \\boxed{{{answer}}}."
         elif model == "mute":
             message["content"] = "\\boxed{0}"
+        elif model == "odd":  # thinking, a good call, a call whose arguments are no JSON, one to no offered tool
+            message.update(content="partial", reasoning_content="let me think", tool_calls=[
+                {"id": "call_kept", "type": "function", "function": {"name": "read_sensor", "arguments": '{"id": 3}'}},
+                {"id": "call_bad", "type": "function", "function": {"name": "read_sensor", "arguments": "{oops"}},
+                {"id": "call_other", "type": "function", "function": {"name": "launch", "arguments": "{}"}}])
+            return {"id": "chatcmpl-odd", "object": "chat.completion", "created": 0, "model": model,
+                    "choices": [{"index": 0, "message": message, "finish_reason": "length"}],
+                    "usage": {"prompt_tokens": 11, "completion_tokens": 5, "total_tokens": 16}}
         else:
             message["tool_calls"] = [{"id": f"call_{len(self.requests)}", "type": "function",
                                       "function": {"name": "read_sensor", "arguments": "{}"}}]

@@ -80,7 +80,8 @@ def test_eval_compares_a_checkpoint_a_lora_checkpoint_and_an_endpoint(trained, e
     assert careful["reward"]["mean"] == 1.0 and careful["pass@k"]["2"] == 1.0
     assert careful["per_episode"]["calls"] == 2.0 and careful["per_episode"]["completion_tokens"] == 14.0
     assert len(endpoint.requests) == 24 and {r["authorization"] for r in endpoint.requests} == {f"Bearer {KEY}"}
-    assert all(r["model"] == "careful" and r["tools"][0]["function"]["name"] == "read_sensor" for r in endpoint.requests)
+    assert all(r["model"] == "careful" and r["tools"][0]["function"]["name"] == "read_sensor"
+               for r in endpoint.requests)
     answered = [r for r in endpoint.requests if r["messages"][-1]["role"] == "tool"]
     assert len(answered) == 12 and all(r["messages"][-2]["tool_calls"][0]["function"]["arguments"] == "{}"
                                        for r in answered)
