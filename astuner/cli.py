@@ -248,9 +248,11 @@ def _commands() -> dict[str, tuple[Callable[[], argparse.ArgumentParser], Callab
     """`astuner NAME ...`: each subcommand's parser (its description is its line in `astuner --help`) and main."""
     from astuner.chat import build_parser as build_chat_parser, main as chat
     from astuner.evaluate.cli import build_parser as build_eval_parser, main as evaluate
+    from astuner.serve.cli import build_parser as build_serve_parser, main as serve
 
     return {"view": (build_view_parser, _view), "chat": (build_chat_parser, chat),
-            "eval": (build_eval_parser, evaluate), "merge-lora": (build_merge_parser, _merge_lora)}
+            "eval": (build_eval_parser, evaluate), "serve": (build_serve_parser, serve),
+            "merge-lora": (build_merge_parser, _merge_lora)}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

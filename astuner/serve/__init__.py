@@ -1,0 +1,7 @@
+"""`astuner serve`: a model (or a run's checkpoint) as an OpenAI-compatible endpoint for an agent in use, every call
+recorded token for token into a trace store (astuner.records.trace_store), rewards given afterwards through
+`POST /v1/feedback` (`send_feedback`). server.py (the gateway with one key and sessions), cli.py, feedback.py."""
+
+from astuner.serve.feedback import send_feedback
+
+__all__ = ["send_feedback"]

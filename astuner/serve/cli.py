@@ -1,0 +1,177 @@
+"""`astuner serve MODEL --store FILE`: serve a model folder or a run's checkpoint (a LoRA adapter merged over its
+base) at an OpenAI-compatible `/v1` on 127.0.0.1 by default, with a key, recording every call into the trace store
+FILE until Ctrl-C (or SIGTERM). Exit codes as the other commands': 0, 2 a user error (one line), 1 internal."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from astuner.cli_args import OneLineParser
+
+KEY_ENV = "ASTUNER_SERVE_KEY"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="astuner serve",
+                           description="Serve a model as an OpenAI-compatible endpoint, recording every call.")
+    parser.add_argument("model", metavar="MODEL", help="a model folder or a checkpoint (global_step_N, LoRA included)")
+    parser.add_argument("--store", required=True, metavar="FILE",
+                        help="the trace store (SQLite), created when absent, appended to otherwise")
+    parser.add_argument("--host", default="127.0.0.1", metavar="ADDRESS",
+                        help="address to listen on (default 127.0.0.1; any other exposes the model: a warning says so)")
+    parser.add_argument("--port", type=int, default=8000, metavar="N", help="port (default 8000; 0: any free port)")
+    parser.add_argument("--api-key-env", metavar="VAR",
+                        help=f"the environment variable holding the key clients must send (default {KEY_ENV} when "
+                             f"set, else a new key, printed)")
+    parser.add_argument("--engine", choices=["auto", "hf", "vllm"], default="auto",
+                        help="auto (default): vllm on a GPU where installed, else hf")
+    parser.add_argument("--max-model-len", type=int, metavar="N",
+                        help="the context, prompt and reply (default: the model's max_position_embeddings)")
+    parser.add_argument("--max-tokens", type=int, default=1024, metavar="N",
+                        help="the most tokens one reply may have (a request's max_tokens is capped here)")
+    parser.add_argument("--name", metavar="NAME", help="the model's name in /v1/models (default: the folder's)")
+    return parser
+
+
+def main(argv: Sequence[str]) -> int:
+    try:
+        args = build_parser().parse_args(list(argv))
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    from astuner.errors import AstunerError
+
+    try:
+        return _serve(args)
+    except AstunerError as exc:
+        print(f"astuner: error: {' '.join(str(exc).splitlines())}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 0
+    except Exception:
+        import traceback
+
+        from loguru import logger
+
+        logger.error(f"internal failure:\n{traceback.format_exc()}")
+        print("astuner: error: internal failure (traceback above); please report it", file=sys.stderr)
+        return 1
+
+
+def _key(args: argparse.Namespace) -> tuple[str, bool]:
+    """(the key, whether it was made here)."""
+    from astuner.errors import ConfigError
+
+    if args.api_key_env:
+        value = os.environ.get(args.api_key_env)
+        if not value:
+            raise ConfigError(f"--api-key-env {args.api_key_env}: the variable is not set here; export the key "
+                              f"clients will send in it")
+        return value, False
+    if os.environ.get(KEY_ENV):
+        return os.environ[KEY_ENV], False
+    return "astuner-" + secrets.token_urlsafe(24), True
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from astuner.errors import DataError
+
+    if args.max_tokens < 1 or (args.max_model_len is not None and args.max_model_len <= args.max_tokens):
+        raise DataError("--max-tokens must be at least 1 and below --max-model-len")
+    from astuner.viewer.server import check_port
+
+    check_port(args.port, "--port")
+    key, made = _key(args)
+    from astuner.evaluate.candidates import parse
+
+    candidate = parse(args.model)
+    from astuner.records.progress import quiet_libraries
+
+    quiet_libraries()
+    from astuner.model.openmp import prefer_passive_waits
+
+    prefer_passive_waits()
+    from loguru import logger
+
+    from astuner.records.trace_store import TraceStore
+
+    name = args.name or candidate.label
+    store = TraceStore.open_for_writing(Path(args.store), name)
+    gateway = None
+    try:
+        new_tuner, max_model_len = _tuners(args, candidate, name)
+        from astuner.serve.server import ServeGateway
+
+        gateway = ServeGateway(new_tuner, store, key, name, args.host, args.port).start()
+        if args.host not in ("127.0.0.1", "localhost", "::1"):
+            logger.warning(f"astuner serve listens on {args.host}: anyone who can reach it and holds the key uses "
+                           f"the model")
+        print(f"astuner: serving {name} at {gateway.base_url} (context {max_model_len} tokens, replies up to "
+              f"{args.max_tokens}); every call recorded into {args.store}", file=sys.stderr)
+        print(f"astuner: key: {key}" if made else f"astuner: key: the value of "
+              f"{args.api_key_env or KEY_ENV}", file=sys.stderr)
+        print("astuner: name an episode with the header X-Session-Id; rewards: POST /v1/feedback; Ctrl-C stops",
+              file=sys.stderr, flush=True)
+        _wait()
+    finally:
+        if gateway is not None:
+            gateway.stop()
+        store.close()
+    return 0
+
+
+def _tuners(args: argparse.Namespace, candidate: object, name: str) -> tuple[object, int]:
+    """`new_tuner(recorder)` over the model's engine, and the context length."""
+    import json
+
+    from astuner.config.schema import AstunerConfig
+    from astuner.evaluate.runner import load_local
+    from astuner.model.chat.tool_parser import resolve_format, resolve_reasoning
+    from astuner.model.engines.base import SamplingParams
+    from astuner.model.model_tuner import ModelTuner
+    from astuner.serve.server import serving_settings
+
+    folder = getattr(candidate, "folder", None)
+    if folder is None:
+        from astuner.errors import DataError
+
+        raise DataError("astuner serve serves a model folder or a checkpoint, not an endpoint")
+    cfg = AstunerConfig()
+    cfg.rollout.engine = args.engine
+    config = folder / "config.json"
+    found = json.loads(config.read_text()).get("max_position_embeddings") if config.is_file() else None
+    max_model_len = args.max_model_len or int(found or 4096)
+    cfg.rollout.max_model_len = max_model_len
+    # (a LoRA adapter on vLLM is merged into a folder beside the store first)
+    engine, tokenizer = load_local(cfg, candidate, Path(args.store + ".models"))
+    reply_format = (resolve_format("auto", tokenizer), resolve_reasoning("auto"))
+    settings = serving_settings()
+    sampling = SamplingParams(1.0, 1.0, args.max_tokens)
+
+    def new_tuner(recorder: object) -> ModelTuner:
+        return ModelTuner(engine, tokenizer, sampling, max_model_len, recorder, model_name=name,
+                          reply_format=reply_format, gateway_settings=settings)
+
+    return new_tuner, max_model_len
+
+
+def _wait() -> None:
+    """Until Ctrl-C or SIGTERM."""
+    import signal
+    import threading
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread
+        pass
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass

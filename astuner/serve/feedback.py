@@ -1,0 +1,29 @@
+"""The Python helper of `POST /v1/feedback`: a reward (and optional metadata) for a served episode."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+
+class FeedbackRefused(RuntimeError):
+    """The server answered the feedback with an error (its message)."""
+
+
+def send_feedback(base_url: str, api_key: str, episode: str, reward: float,
+                  metadata: Optional[dict[str, Any]] = None, timeout_s: float = 30.0) -> dict[str, Any]:
+    """Record `reward` for `episode` (the `X-Session-Id` of its replies) on the `astuner serve` at `base_url`
+    (its `/v1` URL); the server's answer, or FeedbackRefused with its message."""
+    import httpx
+
+    body: dict[str, Any] = {"episode": episode, "reward": reward}
+    if metadata is not None:
+        body["metadata"] = metadata
+    response = httpx.post(f"{base_url.rstrip('/')}/feedback", json=body, timeout=timeout_s,
+                          headers={"Authorization": f"Bearer {api_key}"})
+    if response.status_code != 200:
+        try:
+            message = response.json()["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            message = response.text[:300]
+        raise FeedbackRefused(f"feedback refused (HTTP {response.status_code}): {message}")
+    return response.json()

@@ -1,0 +1,179 @@
+"""`astuner serve`'s server: the training gateway (`astuner.gateway.server.Gateway`: the same request checks,
+rendering, continuation, replies and SSE) as a standalone OpenAI-compatible endpoint for an agent in use, with one
+key for every client instead of one per episode, and each call recorded into a trace store
+(`astuner.records.trace_store`) as it is answered.
+
+Episodes: a client names its episode (session) with the header `X-Session-Id` (any string up to 200 characters);
+a request without one is an episode of its own. Every reply carries the episode's id in its `X-Session-Id` header,
+which `POST /v1/feedback` takes: `{"episode": ID, "reward": NUMBER, "metadata": {...}}` (the same key). A session's
+calls continue one another as an episode's do in training (the earlier calls' ids reused verbatim); a session idle
+longer than `idle_s` is closed and, if it comes back, continues from its calls in the store.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any, Optional
+
+from loguru import logger
+
+from astuner.gateway import protocol
+from astuner.gateway.keys import Lease
+from astuner.gateway.server import Gateway, _bearer, _error, _json
+from astuner.records.trace_store import TraceStore
+from astuner.schema.calls import CallRecord, EpisodeRecorder
+
+SESSION_HEADER = "x-session-id"
+SINGLE_CALL_S = 600.0  # how long an episode of one call (no X-Session-Id) stays open: its reply's time to stream
+SESSION_ID = re.compile(r"^[\x21-\x7e]{1,200}$")  # printable ASCII, no spaces: it goes back in a header
+
+
+@dataclass
+class StoredRecorder(EpisodeRecorder):
+    """An episode's recorder whose every recorded call also goes into the trace store."""
+
+    store: Any = None
+    episode: str = ""
+    model: str = ""
+    last_used: float = field(default_factory=time.monotonic)
+    single_call: bool = False  # a request that named no session: an episode of one call
+
+    def add(self, call: CallRecord) -> bool:
+        added = super().add(call)
+        if added:
+            self.store.add_call(self.episode, call, model=self.model)
+        return added
+
+
+class ServeGateway(Gateway):
+    def __init__(self, new_tuner: Any, store: TraceStore, key: str, model: str, host: str = "127.0.0.1",
+                 port: int = 0, idle_s: float = 3600.0):
+        """`new_tuner(recorder)`: a ModelTuner for one episode over the served model's engine."""
+        super().__init__(host, port)
+        self.new_tuner, self.store, self.key, self.model, self.idle_s = new_tuner, store, key, model, idle_s
+        self.sessions: dict[str, Any] = {}  # episode id -> its ModelTuner
+        self._sessions_lock = threading.Lock()
+        self._reader: Optional[TraceStore] = None
+
+    def app(self) -> Any:
+        from starlette.routing import Route
+
+        app = super().app()
+        app.router.routes.append(Route("/v1/feedback", self.feedback, methods=["POST"]))
+        return app
+
+    # -- episodes ------------------------------------------------------------------------------------------------
+    def _lease(self, request: Any) -> Optional[Lease]:
+        if not secrets.compare_digest(_bearer(request.headers.get("authorization")) or "", self.key):
+            return None
+        asked = request.headers.get(SESSION_HEADER)
+        if asked is not None and not SESSION_ID.match(asked):
+            request.state.bad_session = asked
+            return None
+        # (asked twice per request, by chat() here and by the gateway's: one episode)
+        episode = getattr(request.state, "session", None) or asked or f"call-{uuid.uuid4().hex}"
+        request.state.session = episode
+        return Lease(self._session(episode, asked is None), request.headers.get("x-agent") or "default")
+
+    def _session(self, episode: str, single_call: bool) -> Any:
+        now = time.monotonic()
+        with self._sessions_lock:
+            tuner = self.sessions.get(episode)
+            if tuner is None:
+                recorder = StoredRecorder(store=self.store, episode=episode, model=self.model, label=episode,
+                                          single_call=single_call)
+                if self.store.knows(episode):  # a session that was closed comes back: it continues its calls
+                    recorder.calls = self._stored_calls(episode)
+                tuner = self.sessions[episode] = self.new_tuner(recorder)
+            tuner.recorder.last_used = now
+            # a call without a session is kept only while its reply may still be streaming
+            idle = [e for e, t in self.sessions.items()
+                    if now - t.recorder.last_used > (SINGLE_CALL_S if t.recorder.single_call else self.idle_s)]
+            closing = [self.sessions.pop(e) for e in idle]
+        for old in closing:
+            old.recorder.close()
+        return tuner
+
+    def _stored_calls(self, episode: str) -> list[CallRecord]:
+        self.store.flush()
+        if self._reader is None:
+            self._reader = TraceStore.read(self.store.path)
+        return self._reader.calls(episode)
+
+    def _unauthorized(self) -> Any:  # type: ignore[override]
+        return _error(protocol.RequestError("missing or wrong API key: use the key astuner serve printed (or the one "
+                                            "its --api-key-env variable holds)", status=401, code="invalid_api_key"))
+
+    async def models(self, request: Any) -> Any:
+        if self._lease(request) is None:
+            return self._refused(request)
+        return _json({"object": "list", "data": [{"id": self.model, "object": "model", "created": 0,
+                                                   "owned_by": "astuner"}]})
+
+    async def chat(self, request: Any) -> Any:
+        if self._lease(request) is None:
+            return self._refused(request)
+        response = await super().chat(request)
+        response.headers["X-Session-Id"] = request.state.session
+        return response
+
+    def _refused(self, request: Any) -> Any:
+        bad = getattr(request.state, "bad_session", None)
+        if bad is not None:
+            return _error(protocol.RequestError(f"header X-Session-Id {bad[:40]!r} is not a session id: printable "
+                                                f"ASCII without spaces, 1 to 200 characters"))
+        return self._unauthorized()
+
+    # -- feedback ------------------------------------------------------------------------------------------------
+    async def feedback(self, request: Any) -> Any:
+        if not secrets.compare_digest(_bearer(request.headers.get("authorization")) or "", self.key):
+            return self._unauthorized()
+        try:
+            body = json.loads(await request.body())
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            return _error(protocol.RequestError("the feedback body is not JSON"))
+        try:
+            episode, reward, metadata = parse_feedback(body)
+        except protocol.RequestError as exc:
+            return _error(exc)
+        if not self.store.knows(episode):
+            return _error(protocol.RequestError(f"no episode {episode[:60]!r} in this store (an episode's id is the "
+                                                f"X-Session-Id of its calls' replies)", param="episode",
+                                                code="not_found", status=404))
+        self.store.add_feedback(episode, reward, metadata)
+        logger.info(f"feedback: episode {episode} reward {reward}")
+        return _json({"episode": episode, "reward": reward, "recorded": True})
+
+
+def parse_feedback(body: Any) -> tuple[str, float, Optional[dict[str, Any]]]:
+    """`{"episode": str, "reward": finite number, "metadata": object (optional)}`; RequestError naming the field."""
+    import math
+
+    if not isinstance(body, dict):
+        raise protocol.RequestError("the feedback body must be a JSON object {episode, reward, metadata}")
+    unknown = sorted(set(body) - {"episode", "reward", "metadata"})
+    if unknown:
+        raise protocol.RequestError(f"unknown feedback field(s) {', '.join(unknown)}; give episode, reward, metadata",
+                                    param=unknown[0])
+    episode, reward, metadata = body.get("episode"), body.get("reward"), body.get("metadata")
+    if not isinstance(episode, str) or not episode:
+        raise protocol.RequestError("feedback needs 'episode': the X-Session-Id of the episode's replies",
+                                    param="episode")
+    if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
+        raise protocol.RequestError(f"feedback 'reward' must be a finite number, got {reward!r}", param="reward")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise protocol.RequestError("feedback 'metadata' must be a JSON object", param="metadata")
+    return episode, float(reward), metadata
+
+
+def serving_settings(max_request_bytes: int = 0) -> SimpleNamespace:
+    """The gateway settings a served model's tuners carry: the request's temperature and top-p are taken (a
+    deployed agent sets its own), within the server's max_tokens."""
+    return SimpleNamespace(request_sampling=True, max_request_bytes=max_request_bytes)

@@ -1,0 +1,179 @@
+"""`astuner serve`: a served episode's rows in the trace store are the engine's ids (a spy around the real hf engine,
+the real openai SDK as the client, the gateway's own code in between); sessions, feedback, the key; and the
+command itself in a subprocess (start, a call, a reward, SIGTERM)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from astuner.records.trace_store import TraceStore
+from astuner.serve import send_feedback
+from astuner.serve.feedback import FeedbackRefused
+
+TOOLS = [{"type": "function", "function": {"name": "read_sensor", "description": "Read the sensor.",
+                                           "parameters": {"type": "object", "properties": {}}}}]
+KEY = "sk-serve-test"
+
+
+class SpyEngine:
+    """The real hf engine, each generation it returns kept."""
+
+    def __init__(self, engine):
+        self.engine, self.results = engine, []
+
+    async def generate(self, prompt_ids, sampling):
+        result = await self.engine.generate(prompt_ids, sampling)
+        self.results.append((list(prompt_ids), result))
+        return result
+
+    async def update_weights(self, state_dict):
+        return None
+
+
+@pytest.fixture
+def served(tiny_model_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    from astuner.model.chat.tool_parser import resolve_format, resolve_reasoning
+    from astuner.model.engines.base import SamplingParams
+    from astuner.model.engines.hf import HFEngine
+    from astuner.model.model_tuner import ModelTuner
+    from astuner.serve.server import ServeGateway, serving_settings
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    engine = SpyEngine(HFEngine.from_pretrained(str(tiny_model_dir), tokenizer, seed=0))
+    store = TraceStore.open_for_writing(tmp_path / "traces.db", "tiny")
+
+    def new_tuner(recorder):
+        return ModelTuner(engine, tokenizer, SamplingParams(1.0, 1.0, 24), 1024, recorder, model_name="tiny",
+                          reply_format=(resolve_format("auto", tokenizer), resolve_reasoning("auto")),
+                          gateway_settings=serving_settings())
+
+    gateway = ServeGateway(new_tuner, store, KEY, "tiny").start()
+    yield gateway, engine, store
+    gateway.stop()
+    store.close()
+
+
+def client(gateway, session=None, key=KEY):
+    import openai
+
+    headers = {"X-Session-Id": session} if session else {}
+    return openai.OpenAI(base_url=gateway.base_url, api_key=key, default_headers=headers, max_retries=0)
+
+
+def test_a_served_episodes_rows_are_the_engines_ids(served):
+    gateway, engine, store = served
+    sdk = client(gateway, session="episode-1")
+    messages = [{"role": "system", "content": "Call read_sensor, then answer."},
+                {"role": "user", "content": "What does sensor S1 read?"}]
+    first = sdk.chat.completions.with_raw_response.create(model="tiny", messages=messages, tools=TOOLS,
+                                                          temperature=0.7, max_tokens=16)
+    assert first.headers["x-session-id"] == "episode-1"
+    reply = first.parse().choices[0].message
+    messages += [{"role": "assistant", "content": reply.content or ""}, {"role": "user", "content": "And now?"}]
+    second = sdk.chat.completions.create(model="tiny", messages=messages, tools=TOOLS, max_tokens=8)
+    store.flush()
+
+    reader = TraceStore.read(store.path)  # a reader beside the writer, while it serves
+    (episode,) = reader.episodes()
+    assert (episode["id"], episode["source"], episode["model"], episode["calls"], episode["reward"]) == \
+        ("episode-1", "served", "tiny", 2, None)
+    calls = reader.calls("episode-1")
+    assert len(engine.results) == 2
+    for call, (prompt_ids, result) in zip(calls, engine.results):
+        assert call.prompt_ids == prompt_ids and call.response_ids == result.token_ids
+        assert call.logprobs == pytest.approx(result.logprobs, abs=1e-5)  # stored as float32
+        assert call.finish_reason == result.finish_reason and call.tools == TOOLS
+    assert calls[0].messages == messages[:2] and calls[1].messages[-1] == {"role": "user", "content": "And now?"}
+    # the second call continues the first: its prompt begins with the first's prompt and reply, id for id
+    assert calls[1].prompt_ids[:len(calls[0].prompt_ids)] == calls[0].prompt_ids
+    assert second.usage.prompt_tokens == len(calls[1].prompt_ids)
+    assert second.usage.completion_tokens == len(calls[1].response_ids)
+
+    # a reward for it (the helper), its metadata kept; then a second reward: the last is the episode's
+    assert send_feedback(gateway.base_url, KEY, "episode-1", 0.5, {"by": "user"}) == \
+        {"episode": "episode-1", "reward": 0.5, "recorded": True}
+    send_feedback(gateway.base_url, KEY, "episode-1", 1.0)
+    store.flush()
+    assert reader.episodes()[0]["reward"] == 1.0
+    assert [(f["reward"], f["metadata"]) for f in reader.feedback("episode-1")] == [(0.5, {"by": "user"}), (1.0, None)]
+
+
+def test_sessions_keys_and_feedback_errors(served):
+    import openai
+
+    gateway, engine, store = served
+    one = [{"role": "user", "content": "hi"}]
+    alone = client(gateway).chat.completions.with_raw_response.create(model="tiny", messages=one, max_tokens=4)
+    single = alone.headers["x-session-id"]
+    assert re.fullmatch(r"call-[0-9a-f]{32}", single)  # no session named: an episode of its own, its id returned
+    client(gateway, "s2").chat.completions.create(model="tiny", messages=one, max_tokens=4)
+    client(gateway, "s2").chat.completions.create(model="tiny", messages=one, max_tokens=4)
+    store.flush()
+    counts = {e["id"]: e["calls"] for e in TraceStore.read(store.path).episodes()}
+    assert counts == {single: 1, "s2": 2}
+
+    with pytest.raises(openai.AuthenticationError):
+        client(gateway, key="wrong").chat.completions.create(model="tiny", messages=one, max_tokens=4)
+    with pytest.raises(openai.BadRequestError, match="X-Session-Id"):
+        client(gateway, "has space").chat.completions.create(model="tiny", messages=one, max_tokens=4)
+    assert len(engine.results) == 3  # refused requests reach no engine
+    with pytest.raises(FeedbackRefused, match="404.*no episode 'nope'"):
+        send_feedback(gateway.base_url, KEY, "nope", 1.0)
+    with pytest.raises(FeedbackRefused, match="401"):
+        send_feedback(gateway.base_url, "wrong", "s2", 1.0)
+    with pytest.raises(FeedbackRefused, match="finite number"):
+        send_feedback(gateway.base_url, KEY, "s2", "1")
+    import httpx
+
+    for body, needle in [(b'{"episode": "s2", "reward": NaN}', "finite number"),
+                         (b'{"episode": "s2", "reward": 1, "score": 2}', "unknown feedback field(s) score"),
+                         (b'{"episode": "s2", "reward": 1, "metadata": [1]}', "'metadata' must be a JSON object"),
+                         (b'{"reward": 1}', "feedback needs 'episode'"), (b"[1]", "must be a JSON object"),
+                         (b"{", "not JSON")]:
+        answer = httpx.post(f"{gateway.base_url}/feedback", headers={"Authorization": f"Bearer {KEY}"}, content=body)
+        assert answer.status_code == 400 and needle in answer.json()["error"]["message"], (body, answer.text)
+    store.flush()
+    assert TraceStore.read(store.path).feedback("s2") == []  # nothing refused was recorded
+
+
+def test_the_command_serves_records_and_stops_on_sigterm(tiny_model_dir, tmp_path):
+    import openai
+
+    store = tmp_path / "traces.db"
+    env = {**os.environ, "ASTUNER_SERVE_KEY": KEY}
+    proc = subprocess.Popen([sys.executable, "-m", "astuner", "serve", str(tiny_model_dir), "--store", str(store),
+                             "--port", "0", "--max-tokens", "8"], stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        lines = []
+        while not any(line.startswith("astuner: serving") for line in lines):
+            line = proc.stderr.readline()
+            assert line, "".join(lines)
+            lines.append(line)
+        base_url = re.search(r"at (http://\S+/v1)", lines[-1]).group(1)
+        assert "key: the value of ASTUNER_SERVE_KEY" in proc.stderr.readline()
+        sdk = openai.OpenAI(base_url=base_url, api_key=KEY, default_headers={"X-Session-Id": "cli"})
+        sdk.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}])
+        send_feedback(base_url, KEY, "cli", 1.0)
+        assert (tmp_path / "traces.db.writer").is_file()  # one writer: a second serve on the store is refused
+        second = subprocess.run([sys.executable, "-m", "astuner", "serve", str(tiny_model_dir), "--store", str(store),
+                                 "--port", "0"], capture_output=True, text=True, env=env, timeout=120)
+        assert second.returncode == 2 and f"pid {proc.pid}) writes to it" in second.stderr, second.stderr[-500:]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=60)
+    assert code == 0
+    assert not (tmp_path / "traces.db.writer").exists()
+    (episode,) = TraceStore.read(store).episodes()
+    assert episode["id"] == "cli" and episode["calls"] == 1 and episode["reward"] == 1.0
+    time.sleep(0)
+    assert json.loads(json.dumps(episode))  # plain data
