@@ -1,0 +1,101 @@
+"""The re-render check: does an episode's conversation, rendered again through the chat template and tokenized, give
+the tokens the model actually saw? Training from recorded or imported traces that re-renders messages (SFT on a
+chat log, a trainer's own template pass) silently trains on other tokens where it does not — the token drift
+agentic RL users meet most. A call passes when its messages and tools, rendered with the generation prompt, tokenize
+to its recorded prompt ids; a call of a log without ids passes when the text round-trips the tokenizer.
+
+A mismatch is named by what undoes it (`continuation.py`'s normalisations, applied to the recorded text and to the
+re-rendered one): `think` (the template drops an earlier reply's `<think>` block), `tool_json` (a tool call's JSON
+re-serialised: key order, spacing), `whitespace`, several of them (`think+tool_json`), `tokenization` (the same
+text, tokenized otherwise: a merge across a boundary), `round_trip` (text the tokenizer cannot give back), or
+`other`."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+from astuner.model.chat.continuation import SPACES, THINK, TOOL_CALL
+from astuner.schema.calls import CallRecord
+
+
+def _tool_json(text: str) -> str:
+    def canonical(match: Any) -> str:
+        try:
+            body = json.dumps(json.loads(match.group(1)), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        except ValueError:
+            body = match.group(1).strip()
+        return f"<tool_call>{body}</tool_call>"
+
+    return TOOL_CALL.sub(canonical, text)
+
+
+NORMALISATIONS = (("think", lambda t: THINK.sub("", t)), ("tool_json", _tool_json),
+                  ("whitespace", lambda t: SPACES.sub("", t)))
+
+
+def cause_of(recorded: str, rendered: str) -> str:
+    """What undoes the difference between two texts: the fewest normalisations, in order, joined by '+'."""
+    if recorded == rendered:
+        return "tokenization"
+    for size in (1, 2, 3):
+        for chosen in _subsets(size):
+            a, b = recorded, rendered
+            for _, apply in chosen:
+                a, b = apply(a), apply(b)
+            if a == b:
+                return "+".join(name for name, _ in chosen)
+    return "other"
+
+
+def _subsets(size: int) -> list[tuple[Any, ...]]:
+    from itertools import combinations
+
+    return list(combinations(NORMALISATIONS, size))
+
+
+@dataclass
+class EpisodeCheck:
+    episode: str
+    passed: bool
+    causes: list[str] = field(default_factory=list)  # one per call that failed
+    first_failed_call: Optional[int] = None
+
+
+def render(tokenizer: Any, record: CallRecord, chat_template_kwargs: Optional[dict[str, Any]] = None) -> str:
+    return tokenizer.apply_chat_template(record.messages, tools=record.tools, add_generation_prompt=True,
+                                         tokenize=False, **(chat_template_kwargs or {}))
+
+
+def check_call(tokenizer: Any, record: CallRecord, chat_template_kwargs: Optional[dict[str, Any]] = None
+               ) -> Optional[str]:
+    """None when the call re-renders to its tokens (or, without recorded ids, round-trips); else the cause."""
+    text = render(tokenizer, record, chat_template_kwargs)
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if not record.prompt_ids:  # a log without ids: the text must come back from the tokens
+        return None if tokenizer.decode(ids, skip_special_tokens=False) == text else "round_trip"
+    if list(ids) == list(record.prompt_ids):
+        return None
+    return cause_of(tokenizer.decode(record.prompt_ids, skip_special_tokens=False), text)
+
+
+def check_episode(tokenizer: Any, episode: str, calls: Sequence[CallRecord],
+                  chat_template_kwargs: Optional[dict[str, Any]] = None) -> EpisodeCheck:
+    result = EpisodeCheck(episode, True)
+    for i, record in enumerate(calls):
+        cause = check_call(tokenizer, record, chat_template_kwargs)
+        if cause is not None:
+            result.passed = False
+            result.causes.append(cause)
+            if result.first_failed_call is None:
+                result.first_failed_call = i
+    return result
+
+
+def summary(checks: Sequence[EpisodeCheck]) -> dict[str, Any]:
+    """Counts per cause (over the calls that failed) and the episodes that failed, by id."""
+    causes = Counter(cause for check in checks for cause in check.causes)
+    return {"episodes": len(checks), "passed": sum(c.passed for c in checks), "causes": dict(causes),
+            "failed": [c.episode for c in checks if not c.passed]}
