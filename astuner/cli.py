@@ -249,9 +249,11 @@ def _commands() -> dict[str, tuple[Callable[[], argparse.ArgumentParser], Callab
     from astuner.chat import build_parser as build_chat_parser, main as chat
     from astuner.evaluate.cli import build_parser as build_eval_parser, main as evaluate
     from astuner.serve.cli import build_parser as build_serve_parser, main as serve
+    from astuner.traces.cli import build_parser as build_traces_parser, main as traces
 
     return {"view": (build_view_parser, _view), "chat": (build_chat_parser, chat),
             "eval": (build_eval_parser, evaluate), "serve": (build_serve_parser, serve),
+            "traces": (build_traces_parser, traces),
             "merge-lora": (build_merge_parser, _merge_lora)}
 
 

@@ -29,7 +29,7 @@ FLOORS = [
     {"preflight"},
     {"run", "chat"},
     {"evaluate"},  # astuner eval; select_model (astuner.tuner) on it
-    {"serve"},  # astuner serve: a model for an agent in use, its calls into a trace store
+    {"serve", "traces"},  # astuner serve (a model for an agent in use, its calls into a trace store), traces
     {"compat"},
     {"api"},
     {"tuner", "cli"},

@@ -1,0 +1,125 @@
+"""`astuner traces`: what a trace store holds, checked against a model's chat template, and logs imported into it.
+
+    astuner traces list FILE                                  # the episodes: source, calls, reward
+    astuner traces check FILE --model MODEL                   # the re-render check of every episode
+    astuner traces import LOG.jsonl --store FILE --model MODEL  # OpenAI-format chat logs, rendered and checked
+
+Exit codes as the other commands': 0, 2 a user error (one line), 1 internal."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from astuner.cli_args import OneLineParser
+
+SHOWN = 20  # episodes named on the terminal (the --json report names them all)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="astuner traces",
+                           description="List, check and import the traces of an agent in use (a trace store).")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{list,check,import}")
+    listing = commands.add_parser("list", help="the store's episodes")
+    listing.add_argument("store", metavar="FILE")
+    check = commands.add_parser("check", help="the re-render check of every episode against MODEL's chat template")
+    check.add_argument("store", metavar="FILE")
+    check.add_argument("--model", required=True, metavar="MODEL", help="the model that will be trained (its tokenizer)")
+    check.add_argument("--json", action="store_true", help="the whole report as JSON on stdout")
+    imports = commands.add_parser("import", help="OpenAI-format chat logs (JSON lines) into a store")
+    imports.add_argument("log", metavar="LOG.jsonl")
+    imports.add_argument("--store", required=True, metavar="FILE", help="the trace store (created when absent)")
+    imports.add_argument("--model", required=True, metavar="MODEL",
+                         help="the model that will be trained: its chat template renders the log")
+    imports.add_argument("--json", action="store_true", help="the whole report as JSON on stdout")
+    return parser
+
+
+def main(argv: Sequence[str]) -> int:
+    try:
+        args = build_parser().parse_args(list(argv))
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    from astuner.errors import AstunerError
+
+    try:
+        return {"list": _list, "check": _check, "import": _import}[args.command](args)
+    except AstunerError as exc:
+        print(f"astuner: error: {' '.join(str(exc).splitlines())}", file=sys.stderr)
+        return exc.exit_code
+
+
+def _tokenizer(model: str) -> Any:
+    from astuner.evaluate.candidates import parse
+    from astuner.model.engines.factory import load_tokenizer
+    from astuner.records.progress import quiet_libraries
+
+    quiet_libraries()
+    folder = parse(model).folder
+    if folder is None:
+        from astuner.errors import DataError
+
+        raise DataError("--model: name a model folder or a checkpoint (its tokenizer renders the traces)")
+    return load_tokenizer(str(folder), "--model")
+
+
+def _list(args: argparse.Namespace) -> int:
+    from astuner.records.trace_store import TraceStore
+
+    episodes = TraceStore.read(Path(args.store)).episodes()
+    width = max([len("episode"), *(len(e["id"]) for e in episodes)])
+    print(f"{'episode':<{width}}  {'source':<16}  calls  reward")
+    for e in episodes:
+        reward = "-" if e["reward"] is None else f"{e['reward']:g}"
+        print(f"{e['id']:<{width}}  {e['source']:<16}  {e['calls']:>5}  {reward}")
+    rewarded = sum(e["reward"] is not None for e in episodes)
+    print(f"astuner: {len(episodes)} episodes, {rewarded} with a reward", file=sys.stderr)
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from astuner.model.chat.rerender import check_episode, summary
+    from astuner.records.trace_store import TraceStore
+
+    store = TraceStore.read(Path(args.store))
+    tokenizer = _tokenizer(args.model)
+    checks = [check_episode(tokenizer, e["id"], store.calls(e["id"])) for e in store.episodes()]
+    report = summary(checks)
+    _say(report, args.json)
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    from astuner.records.trace_store import TraceStore
+    from astuner.traces.importer import import_log
+
+    tokenizer = _tokenizer(args.model)
+    store = TraceStore.open_for_writing(Path(args.store))
+    try:
+        report = import_log(Path(args.log), store, tokenizer)
+    finally:
+        store.close()
+    out = report.as_dict()
+    print(f"astuner: imported {out['calls']} calls in {out['episodes']} episodes ({out['rewards']} with a reward) "
+          f"from {out['lines']} lines into {args.store}", file=sys.stderr)
+    for line in out["skipped"][:SHOWN]:
+        print(f"astuner: skipped {line}", file=sys.stderr)
+    if len(out["skipped"]) > SHOWN:
+        print(f"astuner: ... and {len(out['skipped']) - SHOWN} more skipped (--json lists them)", file=sys.stderr)
+    _say(out["check"], args.json, out)
+    return 0
+
+
+def _say(check: dict[str, Any], as_json: bool, whole: Any = None) -> None:
+    if as_json:
+        print(json.dumps(whole if whole is not None else check, indent=1))
+    causes = ", ".join(f"{cause} {n}" for cause, n in sorted(check["causes"].items())) or "none"
+    print(f"astuner: re-render check: {check['passed']} of {check['episodes']} episodes give the tokens recorded "
+          f"(mismatched calls by cause: {causes})", file=sys.stderr)
+    failed = check["failed"]
+    if failed:
+        more = f" and {len(failed) - SHOWN} more" if len(failed) > SHOWN else ""
+        print(f"astuner: episodes a re-render would change: {', '.join(failed[:SHOWN])}{more}", file=sys.stderr)

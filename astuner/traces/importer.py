@@ -1,0 +1,158 @@
+"""Chat logs into a trace store, rendered through the chat template of the model that will be trained.
+
+A log is JSON lines, one model call each, in either shape providers' logging writes:
+
+- `{"messages": [..., {"role": "assistant", ...}], "tools": [...]}`: the conversation, its last message the
+  model's reply (OpenAI's fine-tuning format);
+- `{"request": {"messages": [...], "tools": [...]}, "response": {"choices": [{"message": {...}}]}}`: a request
+  and the chat completion it got.
+
+Optional fields on a line: `session_id` (or `episode`): the episode it belongs to (default: a line is an episode);
+`reward`: the episode's reward (recorded as feedback). The call's prompt is the messages rendered with the
+generation prompt; its reply is what the template adds for the reply message, up to and with the end of turn.
+The log carries no token ids, so each call is checked to round-trip the tokenizer (astuner.model.chat.rerender);
+an episode that fails is named in the report and still stored."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from astuner.errors import DataError
+from astuner.model.chat.messages import normalize_messages, normalize_tools
+from astuner.model.chat.rerender import EpisodeCheck, check_episode, summary
+from astuner.records.trace_store import TraceStore
+from astuner.schema.calls import CallRecord
+
+
+@dataclass
+class LogCall:
+    episode: str
+    line: int
+    messages: list[dict[str, Any]]
+    tools: Optional[list[dict[str, Any]]]
+    reply: dict[str, Any]
+    reward: Optional[float] = None
+
+
+@dataclass
+class ImportReport:
+    lines: int = 0
+    episodes: int = 0
+    calls: int = 0
+    rewards: int = 0
+    skipped: list[str] = field(default_factory=list)  # 'line N: why' for lines that are no call
+    checks: list[EpisodeCheck] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"lines": self.lines, "episodes": self.episodes, "calls": self.calls, "rewards": self.rewards,
+                "skipped": self.skipped, "check": summary(self.checks)}
+
+
+def read_log(path: Path) -> tuple[list[LogCall], list[str]]:
+    """The log's calls, and 'line N: why' for each line that is none (not JSON, no messages, no reply)."""
+    if not path.is_file():
+        raise DataError(f"{path}: no such file")
+    calls, skipped = [], []
+    with open(path, encoding="utf-8") as fh:
+        for n, text in enumerate(fh, start=1):
+            if not text.strip():
+                continue
+            try:
+                calls.append(parse_line(json.loads(text), n))
+            except (ValueError, TypeError, KeyError, IndexError) as exc:
+                skipped.append(f"line {n}: {str(exc)[:160]}")
+    return calls, skipped
+
+
+def parse_line(row: Any, n: int) -> LogCall:
+    if not isinstance(row, dict):
+        raise ValueError("not a JSON object")
+    if "request" in row:
+        request, response = row["request"], row.get("response") or {}
+        messages, tools = list(request.get("messages") or []), request.get("tools")
+        choices = response.get("choices") if isinstance(response, dict) else None
+        if not choices:
+            raise ValueError("a request without a response (no choices)")
+        reply = choices[0]["message"]
+    else:
+        messages, tools = list(row.get("messages") or []), row.get("tools")
+        if not messages or messages[-1].get("role") != "assistant":
+            raise ValueError("its messages do not end with the assistant's reply")
+        messages, reply = messages[:-1], messages[-1]
+    if not messages:
+        raise ValueError("no messages before the reply")
+    episode = row.get("session_id") or row.get("episode") or f"line-{n}"
+    reward = row.get("reward")
+    if reward is not None and (isinstance(reward, bool) or not isinstance(reward, (int, float))):
+        raise ValueError(f"reward {reward!r} is not a number")
+    return LogCall(str(episode), n, normalize_messages(messages), normalize_tools(tools),
+                   normalize_messages([{**reply, "role": "assistant"}])[0], reward)
+
+
+def as_record(call: LogCall, tokenizer: Any, stops: set[int]) -> tuple[CallRecord, bool]:
+    """The call rendered: its prompt with the generation prompt, its reply as the template writes it after that,
+    cut after the first end-of-turn token; and whether the reply's text round-trips the tokenizer. ValueError when
+    the conversation with the reply does not begin with the prompt (a template that renders history otherwise)."""
+    prompt = tokenizer.apply_chat_template(call.messages, tools=call.tools, add_generation_prompt=True, tokenize=False)
+    whole = tokenizer.apply_chat_template(call.messages + [call.reply], tools=call.tools, tokenize=False)
+    if not whole.startswith(prompt):
+        raise ValueError("the chat template renders the conversation with the reply otherwise than its prompt")
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    suffix = whole[len(prompt):]
+    reply_ids = tokenizer(suffix, add_special_tokens=False)["input_ids"]
+    end = next((i for i, t in enumerate(reply_ids) if t in stops), None)
+    reply_ids = reply_ids[:end + 1] if end is not None else reply_ids
+    said = tokenizer.decode(reply_ids, skip_special_tokens=False)
+    text = tokenizer.decode(reply_ids[:-1] if end is not None else reply_ids, skip_special_tokens=False)
+    record = CallRecord(target="default", messages=call.messages, tools=call.tools, prompt_text=prompt,
+                        prompt_ids=list(prompt_ids), response_ids=list(reply_ids), logprobs=[],
+                        finish_reason="stop" if end is not None else "length", response_text=text, usage={})
+    return record, suffix.startswith(said)
+
+
+def import_log(path: Path, store: TraceStore, tokenizer: Any, source: str = "imported:openai") -> ImportReport:
+    from astuner.model.engines.hf import stop_token_ids_of
+
+    calls, skipped = read_log(path)
+    report = ImportReport(lines=len(calls) + len(skipped), skipped=skipped)
+    stops = set(stop_token_ids_of(tokenizer))
+    episodes: dict[str, list[LogCall]] = {}
+    for call in calls:
+        episodes.setdefault(call.episode, []).append(call)
+    for episode, group in episodes.items():
+        if store.knows(episode):
+            report.skipped.append(f"line {group[0].line}: episode {episode!r} is in the store already")
+            continue
+        try:
+            built = [as_record(call, tokenizer, stops) for call in group]
+        except ValueError as exc:
+            report.skipped.append(f"line {group[0].line}: episode {episode!r}: {exc}")
+            continue
+        records = [record for record, _ in built]
+        check = check_episode(tokenizer, episode, [_without_ids(r) for r in records])
+        for i, (_, reply_round_trips) in enumerate(built):  # the replies' text must come back from their ids too
+            if not reply_round_trips:
+                check.passed = False
+                check.causes.append("round_trip")
+                check.first_failed_call = i if check.first_failed_call is None else check.first_failed_call
+        report.checks.append(check)
+        for record in records:
+            store.add_call(episode, record, source=source)
+        report.episodes += 1
+        report.calls += len(records)
+        reward = next((c.reward for c in reversed(group) if c.reward is not None), None)
+        if reward is not None:
+            store.add_feedback(episode, float(reward), {"from": "log"})
+            report.rewards += 1
+    store.flush()
+    return report
+
+
+def _without_ids(record: CallRecord) -> CallRecord:
+    """The record as its log had it (no ids): checked by the round trip of its rendered text."""
+    from dataclasses import replace
+
+    return replace(record, prompt_ids=[], response_ids=[])

@@ -1,0 +1,137 @@
+"""`astuner traces import / check / list`: OpenAI-format chat logs rendered through the chat template into a
+trace store (grouped, rewarded, checked: a normalising tokenizer's lost text is named), a store's episodes
+checked against the model's template (a `<think>`-dropping history), the listing, the errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+
+import pytest
+
+from astuner.records.trace_store import TraceStore
+from tests.conftest import run_cli
+
+TOOLS = [{"type": "function", "function": {"name": "read_sensor", "description": "Read the sensor.",
+                                           "parameters": {"type": "object", "properties": {}}}}]
+ASK = [{"role": "system", "content": "Call read_sensor, then answer."},
+       {"role": "user", "content": "What does sensor S1 read?"}]
+CALL = {"role": "assistant", "content": "", "tool_calls": [
+    {"id": "c1", "type": "function", "function": {"name": "read_sensor", "arguments": "{}"}}]}
+RESULT = {"role": "tool", "tool_call_id": "c1", "content": "497"}
+
+
+def write_log(path, rows):
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+def test_import_renders_groups_rewards_and_reports(tiny_model_dir, tokenizer, tmp_path, capsys):
+    log = write_log(tmp_path / "log.jsonl", [
+        # an episode of two calls in the request/response shape, rewarded on its last line
+        {"session_id": "t1", "request": {"messages": ASK, "tools": TOOLS},
+         "response": {"choices": [{"message": CALL}]}},
+        {"session_id": "t1", "request": {"messages": ASK + [CALL, RESULT], "tools": TOOLS},
+         "response": {"choices": [{"message": {"role": "assistant", "content": "It reads \\boxed{497}."}}]},
+         "reward": 1.0},
+        # the fine-tuning shape: the reply is the last message
+        {"messages": [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi there"}]},
+        "{not json", {"messages": [{"role": "user", "content": "no reply"}]},
+        {"request": {"messages": ASK}, "response": {"choices": []}},
+    ])
+    store = tmp_path / "traces.db"
+    code, out, err = run_cli(["traces", "import", str(log), "--store", str(store), "--model", str(tiny_model_dir),
+                              "--json"], capsys)
+    assert code == 0, err
+    report = json.loads(out)
+    assert (report["lines"], report["episodes"], report["calls"], report["rewards"]) == (6, 2, 3, 1)
+    assert [s.split(":")[0] for s in report["skipped"]] == ["line 4", "line 5", "line 6"]
+    assert report["check"] == {"episodes": 2, "passed": 2, "causes": {}, "failed": []}
+    assert "imported 3 calls in 2 episodes (1 with a reward) from 6 lines" in err
+
+    reader = TraceStore.read(store)
+    assert [(e["id"], e["source"], e["calls"], e["reward"]) for e in reader.episodes()] == \
+        [("t1", "imported:openai", 2, 1.0), ("line-3", "imported:openai", 1, None)]
+    first, second = reader.calls("t1")
+    assert first.prompt_ids == tokenizer(tokenizer.apply_chat_template(
+        ASK, tools=TOOLS, add_generation_prompt=True, tokenize=False), add_special_tokens=False)["input_ids"]
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert first.response_ids[-1] == end and end not in first.response_ids[:-1]
+    assert first.response_text == '<tool_call>\n{"name": "read_sensor", "arguments": {}}\n</tool_call>'
+    assert second.response_text == "It reads \\boxed{497}." and first.logprobs == []
+    # the second call's prompt is the first's conversation, its reply included: it continues it, id for id
+    assert second.prompt_ids[:len(first.prompt_ids) + len(first.response_ids)] == first.prompt_ids + first.response_ids
+
+    # importing again: the episodes are there already, nothing doubled
+    code, out, err = run_cli(["traces", "import", str(log), "--store", str(store), "--model", str(tiny_model_dir)],
+                             capsys)
+    assert code == 0 and "imported 0 calls in 0 episodes" in err and "is in the store already" in err
+    code, out, err = run_cli(["traces", "list", str(store)], capsys)
+    assert code == 0 and out.splitlines()[1].split() == ["t1", "imported:openai", "2", "1"]
+    assert "2 episodes, 1 with a reward" in err
+
+
+def test_import_names_text_the_tokenizer_cannot_give_back(tiny_model_dir, tmp_path, capsys):
+    from tokenizers import normalizers
+    from transformers import AutoTokenizer
+
+    model = tmp_path / "normalising"
+    shutil.copytree(tiny_model_dir, model)
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    tokenizer.backend_tokenizer.normalizer = normalizers.NFKC()  # as SentencePiece models normalise their input
+    tokenizer.save_pretrained(model)
+    # loaded as its tokenizer.json says (a Qwen2 model's config would have transformers set its own normaliser)
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    (model / "tokenizer_config.json").write_text(json.dumps({**config, "tokenizer_class": "TokenizersBackend"}))
+    (model / "config.json").write_text("{}")  # only its tokenizer is read here
+    assert type(AutoTokenizer.from_pretrained(model).backend_tokenizer.normalizer).__name__ == "NFKC"
+    log = write_log(tmp_path / "log.jsonl", [
+        {"session_id": "plain", "messages": [{"role": "user", "content": "the file"}, {"role": "assistant", "content": "ok"}]},
+        {"session_id": "ligature", "messages": [{"role": "user", "content": "the \ufb01le"},
+                                                {"role": "assistant", "content": "ok"}]},
+        {"session_id": "in-reply", "messages": [{"role": "user", "content": "the file"},
+                                                {"role": "assistant", "content": "\ufb01ne"}]}])
+    code, out, err = run_cli(["traces", "import", str(log), "--store", str(tmp_path / "t.db"), "--model", str(model)],
+                             capsys)
+    assert code == 0, err
+    assert "1 of 3 episodes give the tokens recorded (mismatched calls by cause: round_trip 2)" in err
+    assert "episodes a re-render would change: ligature, in-reply" in err
+
+
+def test_check_names_a_served_episode_whose_history_the_template_renders_otherwise(tiny_model_dir, tokenizer,
+                                                                                  tmp_path, capsys):
+    from tests.model.test_rerender import as_text, recorded
+
+    store = TraceStore.open_for_writing(tmp_path / "t.db")
+    for name, replies in (("clean", ["It is 4.", "Yes."]), ("thinking", ["<think>2+2</think>It is 4.", "Yes."])):
+        for record in recorded(tokenizer, replies, as_text):
+            store.add_call(name, record)
+    store.close()
+    code, out, err = run_cli(["traces", "check", str(tmp_path / "t.db"), "--model", str(tiny_model_dir), "--json"],
+                             capsys)
+    assert code == 0, err
+    assert json.loads(out) == {"episodes": 2, "passed": 1, "causes": {"think": 1}, "failed": ["thinking"]}
+    assert "mismatched calls by cause: think 1" in err
+
+
+def test_traces_errors_are_one_line(tiny_model_dir, tmp_path, capsys):
+    write_log(tmp_path / "log.jsonl", [])
+    lock = TraceStore.open_for_writing(tmp_path / "busy.db")
+    try:
+        cases = {
+            "no such file": ["import", str(tmp_path / "missing.jsonl"), "--store", str(tmp_path / "t.db"), "--model",
+                             str(tiny_model_dir)],
+            "name a model folder": ["import", str(tmp_path / "log.jsonl"), "--store", str(tmp_path / "t.db"),
+                                    "--model", "base_url=http://127.0.0.1:9/v1,model=m"],
+            "writes to it": ["import", str(tmp_path / "log.jsonl"), "--store", str(tmp_path / "busy.db"), "--model",
+                             str(tiny_model_dir)],
+            "trace store": ["list", str(tmp_path / "log.jsonl")],
+        }
+        for needle, args in cases.items():
+            code, out, err = run_cli(["traces", *args], capsys)
+            lines = [line for line in err.splitlines() if line.startswith("astuner: error:")]
+            assert code == 2 and len(lines) == 1 and needle in lines[0], (needle, err[-800:])
+    finally:
+        lock.close()
+    asyncio.run(asyncio.sleep(0))
