@@ -21,8 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--conf", required=True, metavar="PATH", help="the experiment YAML (workflow, judge, tasks)")
     parser.add_argument("--model", action="append", required=True, metavar="MODEL",
                         help="a model folder, a checkpoint (global_step_N, LoRA included) or "
-                             "base_url=URL,model=NAME[,api_key_env=VAR]; label=NAME, first, names it; repeat to "
-                             "compare (differences are each later model minus an earlier one)")
+                             "base_url=URL,model=NAME[,api_key_env=VAR]; label=NAME,path=PATH (or label=NAME, with an "
+                             "endpoint) names it; repeat to compare (differences: each later model minus an earlier)")
     parser.add_argument("--split", choices=["val", "train"], default="val", help="the tasks (default: val)")
     parser.add_argument("--limit", type=int, metavar="N", help="the first N tasks of the split")
     parser.add_argument("--k", type=int, metavar="K",
@@ -62,11 +62,18 @@ def main(argv: Sequence[str]) -> int:
         return 1
 
 
+def _episode_failure(record: dict) -> bool:
+    """A log record of one failed episode (its traceback, a retry) or of a gateway call it failed on."""
+    return (record["level"].no >= 30 and "failed" in record["message"]
+            and record["name"] in ("astuner.rollout.manager", "astuner.gateway.server"))
+
+
 def _evaluate(args: argparse.Namespace) -> int:
     from astuner.errors import DataError
 
-    if (args.limit is not None and args.limit < 1) or (args.k is not None and args.k < 1):
-        raise DataError("--limit and --k must be at least 1")
+    for option, value in (("--limit", args.limit), ("--k", args.k)):
+        if value is not None and value < 1:
+            raise DataError(f"{option} must be at least 1, got {value}")
     from astuner.records.progress import quiet_libraries
 
     quiet_libraries(args.verbose)
@@ -89,17 +96,35 @@ def _evaluate(args: argparse.Namespace) -> int:
     check_config(config)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = Path(args.out) if args.out else Path(DEFAULT_OUT) / f"{config.experiment_name}-{stamp}"
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    if out.exists() and not out.is_dir():
+        raise DataError(f"--out {out} is a file: name a new folder")
+    if out.exists() and any(out.iterdir()):
         raise DataError(f"--out {out} exists and is not empty: name a new folder (nothing there is overwritten)")
+    from astuner.evaluate.runner import check_endpoints
+
+    check_endpoints(models)  # a wrong URL, key or model name: said now, before any model is loaded
     out.mkdir(parents=True, exist_ok=True)
     from astuner.records.run_dir import setup_logging
 
-    setup_logging(out / "eval.log")
+    # each failed episode's traceback goes to eval.log; the console gets a line per model (runner.py)
+    setup_logging(out / "eval.log", console_filter=lambda record: not _episode_failure(record))
     from astuner.evaluate.evaluation import run_evaluation
 
-    result = run_evaluation(config, plugins, models, args.split, args.limit, args.k, out)
+    try:
+        result = run_evaluation(config, plugins, models, args.split, args.limit, args.k, out)
+    except BaseException:
+        if not (out / "trajectories").is_dir():  # nothing was evaluated: the folder does not block a rerun
+            import shutil
+
+            from loguru import logger
+
+            logger.remove()
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     from astuner.evaluate.report import table
 
     print(table(result))
+    for note in result.get("notes", []):
+        print(f"astuner: note: {note}", file=sys.stderr)
     print(f"astuner: eval.json and the episodes in {out} (astuner view {out})", file=sys.stderr)
     return 0

@@ -12,6 +12,8 @@ from astuner.evaluate.candidates import Candidate
 from astuner.evaluate.report import figures, report, write_episodes, write_report
 from astuner.evaluate.runner import evaluate_candidate, split_tasks
 
+FEW_TASKS = 10  # below it the report says its intervals are rough
+
 
 def run_evaluation(config: Any, plugins: Any, candidates: list[Candidate], split: str, limit: Optional[int],
                    k: Optional[int], out: Path) -> dict[str, Any]:
@@ -28,13 +30,24 @@ def run_evaluation(config: Any, plugins: Any, candidates: list[Candidate], split
         evaluated = evaluate_candidate(config, plugins, candidate, tasks, k, split, out, auxiliary)
         write_episodes(out, step, evaluated)
         if all(e.failed for e in evaluated.episodes):  # a setup problem (a key, an unreachable endpoint), not a score
+            if models:  # the models before it stand: their figures are kept
+                write_report(out, report(models, seed, {**meta(config, split, tasks, k), "incomplete":
+                                                        f"every episode of {candidate.label} failed"}))
             first = (evaluated.episodes[0].error or "").strip().splitlines()
             raise DataError(f"--model {candidate.label}: every one of its {len(evaluated.episodes)} episodes failed "
                             f"(their episodes in {out / 'trajectories'}, tracebacks in {out / 'eval.log'}); the first: "
-                            f"{first[-1][:200] if first else 'unknown'}")
+                            f"{first[-1][:200] if first else 'unknown'}"
+                            + (f"; eval.json holds the {len(models)} model(s) before it" if models else ""))
         models.append(figures(evaluated, k, seed))
-    meta = {"experiment": config.experiment_name, "split": split, "tasks": len(tasks), "k": k, "seed": seed,
-            "sampling": {"temperature": cfg.rollout.val_kwargs.temperature, "top_p": cfg.rollout.val_kwargs.top_p}}
-    result = report(models, seed, meta)
+    result = report(models, seed, meta(config, split, tasks, k))
+    if len(tasks) < FEW_TASKS:
+        result["notes"] = [f"{len(tasks)} tasks: intervals over so few tasks are rough (the bootstrap has little to "
+                           f"resample); evaluate on {FEW_TASKS} or more for a difference to tell"]
     write_report(out, result)
     return result
+
+
+def meta(config: Any, split: str, tasks: list[Any], k: int) -> dict[str, Any]:
+    ro = config.astuner.rollout
+    return {"experiment": config.experiment_name, "split": split, "tasks": len(tasks), "k": k, "seed": ro.seed,
+            "sampling": {"temperature": ro.val_kwargs.temperature, "top_p": ro.val_kwargs.top_p}}

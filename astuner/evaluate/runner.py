@@ -69,7 +69,13 @@ def load_local(cfg: Any, candidate: Candidate, out: Path) -> tuple[Any, Any]:
         return build_engine(cfg, tokenizer, model_path=str(folder)), tokenizer
     from astuner.model.engines.hf import HFEngine
 
-    return HFEngine.from_pretrained(str(folder), tokenizer, ro.max_num_seqs, ro.batch_wait_ms, ro.seed), tokenizer
+    try:
+        engine = HFEngine.from_pretrained(str(folder), tokenizer, ro.max_num_seqs, ro.batch_wait_ms, ro.seed)
+    except (OSError, ValueError) as exc:  # transformers' errors on a folder without (readable) weights
+        first = (str(exc).strip().splitlines() or [""])[0][:150]
+        raise DataError(f"--model {candidate.label}: cannot load a model from {folder} ({type(exc).__name__}: "
+                        f"{first})") from None
+    return engine, tokenizer
 
 
 def _merged_hf(cfg: Any, folder: Path, tokenizer: Any) -> Any:
@@ -140,10 +146,42 @@ def evaluate_candidate(config: Any, plugins: Any, candidate: Candidate, tasks: l
     wall = time.perf_counter() - started
     summary = manager.row_problems.summary()
     evaluated = Evaluated(candidate, batch.episodes, wall, tokenizer, [summary] if summary else [])
-    failed = sum(e.failed for e in batch.episodes)
+    failed = [e for e in batch.episodes if e.failed]
     logger.info(f"eval {candidate.label}: {len(batch.episodes)} episodes in {wall:.0f} s, reward "
-                f"{sum(rewards) / max(len(rewards), 1):.3f}" + (f", {failed} failed" if failed else ""))
+                f"{sum(rewards) / max(len(rewards), 1):.3f}")
+    if failed:
+        lines = (failed[0].error or "").strip().splitlines()
+        logger.warning(f"eval {candidate.label}: {len(failed)} of {len(batch.episodes)} episodes failed (scored 0); "
+                       f"the first: {lines[-1][:200] if lines else 'unknown'} (tracebacks in {out / 'eval.log'})")
     return evaluated
+
+
+def check_endpoints(candidates: list[Candidate]) -> None:
+    """One small request to each endpoint (a one-token reply): a wrong URL, key or model name is one line now,
+    not a failed episode each later."""
+    import openai
+
+    from astuner.model.endpoint_tuner import Endpoint
+
+    for candidate in candidates:
+        if not candidate.is_endpoint:
+            continue
+        endpoint = Endpoint(candidate.base_url, candidate.model, candidate.api_key_env)
+        client = openai.OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, timeout=60, max_retries=0)
+        try:
+            client.chat.completions.create(model=candidate.model, max_tokens=1,
+                                           messages=[{"role": "user", "content": "Say OK."}])
+        except openai.APIConnectionError:
+            raise DataError(f"--model {candidate.label}: cannot reach {candidate.base_url} (is the server up, is "
+                            f"the URL its /v1?)") from None
+        except openai.APIStatusError as exc:
+            why = {401: "the key was refused", 403: "the key may not use it",
+                   404: f"no model {candidate.model!r} there (or no chat completions at this URL)"}
+            message = str(getattr(exc, "message", exc)).splitlines()[0][:160]
+            raise DataError(f"--model {candidate.label}: {candidate.base_url} answered HTTP {exc.status_code}: "
+                            f"{why.get(exc.status_code, message)}") from None
+        finally:
+            client.close()
 
 
 def check_config(config: Any) -> None:

@@ -147,13 +147,14 @@ def _config_changed(path: Path, text: str) -> bool:
         return True  # unreadable: kept aside as it is
 
 
-def setup_logging(log_path: Path) -> None:
-    """Log to the console and append to `log_path`."""
+def setup_logging(log_path: Path, console_filter: Any = None) -> None:
+    """Log to the console and append to `log_path`; `console_filter(record)` False keeps a record off the console
+    (it is still in the file)."""
     from astuner.records.progress import console_sink
 
     logger.remove()
     # through tqdm.write: above a progress bar, never on its row; coloured only on a terminal
     logger.add(console_sink, level="INFO", colorize=bool(getattr(sys.stderr, "isatty", lambda: False)()),
-               format="<green>{time:HH:mm:ss}</green> | <level>{level: <7}</level> | {message}")
+               format="<green>{time:HH:mm:ss}</green> | <level>{level: <7}</level> | {message}", filter=console_filter)
     logger.add(log_path, level="DEBUG", encoding="utf-8", enqueue=False,
                format="{time:YYYY-MM-DD HH:mm:ss.SSS} | {level: <7} | {name}:{line} | {message}")

@@ -72,6 +72,7 @@ def _config(max_threads: int) -> Any:
     cfg = AstunerConfig()
     ro = cfg.rollout
     ro.max_env_worker, ro.num_repeat, ro.episode_retries, ro.compute_madness_checklist = max_threads, 1, 0, []
+    ro.episode_timeout_s = 7 * 24 * 3600.0  # agentscope.tuner's waits for every row as long as it takes
     ro.openai_gateway.enable = False
     return cfg
 

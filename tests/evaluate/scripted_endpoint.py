@@ -1,7 +1,8 @@
 """A local OpenAI-compatible chat-completions server for the tests (Starlette on uvicorn, in a thread): it plays the
 main job's sensor task. Model `careful` calls `read_sensor`, then answers the reading in \\boxed{}; `sloppy`
 answers a reading with its digits reversed; `mute` answers without calling the tool; `odd` answers with thinking,
-three tool calls (one good, one whose arguments are no JSON, one to a tool not offered), cut by its length limit. Each request is kept
+three tool calls (one good, one whose arguments are no JSON, one to a tool not offered), cut by its length limit;
+`broken` answers a request without tools and fails (500) every request with them. Each request is kept
 (`requests`), its Authorization header too; usage counts are the characters of the request / 4 and 7."""
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ class ScriptedEndpoint:
             self.requests.append({**body, "authorization": request.headers.get("authorization")})
             if request.headers.get("authorization") != f"Bearer {KEY}":
                 return JSONResponse({"error": {"message": "bad key", "type": "invalid_request_error"}}, 401)
+            if body["model"] == "broken" and body.get("tools"):  # answers a plain question, fails the agent's calls
+                return JSONResponse({"error": {"message": "tools overloaded", "type": "server_error"}}, 500)
             return JSONResponse(self.reply(body))
 
         app = Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])

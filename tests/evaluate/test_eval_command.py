@@ -79,10 +79,11 @@ def test_eval_compares_a_checkpoint_a_lora_checkpoint_and_an_endpoint(trained, e
     careful = result["models"][4]
     assert careful["reward"]["mean"] == 1.0 and careful["pass@k"]["2"] == 1.0
     assert careful["per_episode"]["calls"] == 2.0 and careful["per_episode"]["completion_tokens"] == 14.0
-    assert len(endpoint.requests) == 24 and {r["authorization"] for r in endpoint.requests} == {f"Bearer {KEY}"}
-    assert all(r["model"] == "careful" and r["tools"][0]["function"]["name"] == "read_sensor"
-               for r in endpoint.requests)
-    answered = [r for r in endpoint.requests if r["messages"][-1]["role"] == "tool"]
+    check, *agent = endpoint.requests  # the endpoint checked once (a one-token reply) before any model ran
+    assert check["max_tokens"] == 1 and "tools" not in check
+    assert len(agent) == 24 and {r["authorization"] for r in endpoint.requests} == {f"Bearer {KEY}"}
+    assert all(r["model"] == "careful" and r["tools"][0]["function"]["name"] == "read_sensor" for r in agent)
+    answered = [r for r in agent if r["messages"][-1]["role"] == "tool"]
     assert len(answered) == 12 and all(r["messages"][-2]["tool_calls"][0]["function"]["arguments"] == "{}"
                                        for r in answered)
     # each pair's difference on the same tasks: the endpoint's gain over the random tiny model is told from noise
@@ -118,6 +119,10 @@ def test_eval_refuses_what_it_cannot_run_in_one_line(trained, tmp_path, capsys, 
     base = ["eval", "--conf", str(CONF), "--limit", "2", "--k", "1"]
     (tmp_path / "taken").mkdir()
     (tmp_path / "verl" / "global_step_2" / "actor").mkdir(parents=True)
+    (tmp_path / "no_weights").mkdir()  # a config and a tokenizer, no weights
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        if (trained["model"] / name).is_file():
+            (tmp_path / "no_weights" / name).write_bytes((trained["model"] / name).read_bytes())
     (tmp_path / "taken" / "eval.json").write_text("{}")
     cases = {
         "no such folder": ["--model", str(tmp_path / "missing")],
@@ -125,17 +130,24 @@ def test_eval_refuses_what_it_cannot_run_in_one_line(trained, tmp_path, capsys, 
         "EVAL_TEST_KEY is not set": ["--model", "base_url=http://127.0.0.1:9/v1,model=m,api_key_env=EVAL_TEST_KEY"],
         "must start with http": ["--model", "base_url=ftp://x,model=m"],
         "unknown temperature": ["--model", "base_url=http://127.0.0.1:9/v1,model=m,temperature=0"],
+        "api_key= would put a key on the command line": ["--model", "base_url=http://x/v1,model=m,api_key=sk-SECRET"],
+        "given twice": ["--model", "base_url=http://x/v1,model=m,model=n"],
+        "a run folder, not a checkpoint; name one of its checkpoints": ["--model", str(trained["full"].parent.parent)],
+        "is named twice": ["--model", str(trained["model"]), "--model", str(trained["model"])],
+        "cannot load a model from": ["--model", str(tmp_path / "no_weights")],
+        "is a file": ["--model", str(trained["model"]), "--out", str(tmp_path / "taken" / "eval.json")],
         "two models are labelled": ["--model", f"label=a,path={trained['model']}", "--model",
                                     f"label=a,path={trained['full']}"],
         "holds no model": ["--model", str(tmp_path / "taken")],
         "merge it into a model folder first": ["--model", str(tmp_path / "verl" / "global_step_2")],
         "exists and is not empty": ["--model", str(trained["model"]), "--out", str(tmp_path / "taken")],
-        "at least 1": ["--model", str(trained["model"]), "--limit", "0"],
+        "--limit must be at least 1": ["--model", str(trained["model"]), "--limit", "0"],
     }
     for needle, args in cases.items():
         code, out, err = run_cli([*base, *args], capsys)
         lines = [line for line in err.splitlines() if line.startswith("astuner: error:")]
         assert code == 2 and len(lines) == 1 and needle in lines[0], (needle, err[-1500:])
+        assert "SECRET" not in err
     assert (tmp_path / "taken" / "eval.json").read_text() == "{}"  # nothing overwritten
     # no validation split: said, with what to do
     code, out, err = run_cli([*base, "--model", str(trained["model"]), "--out", str(tmp_path / "e"),
@@ -162,16 +174,36 @@ def test_eval_of_an_agent_with_its_own_openai_client_goes_through_the_gateway(tr
     assert warm["failed"] == careful["failed"] == 0
     assert warm["per_episode"]["calls"] >= 1 and warm["per_episode"]["completion_tokens"] > 0
     assert careful["reward"]["mean"] == 1.0 and careful["per_episode"]["calls"] == 2.0
-    assert len(endpoint.requests) == 12 and all(r["tools"][0]["function"]["name"] == "read_sensor"
-                                                for r in endpoint.requests)
+    agent = [r for r in endpoint.requests if r.get("tools")]
+    assert len(agent) == 12 == len(endpoint.requests) - 1
+    assert all(r["tools"][0]["function"]["name"] == "read_sensor" for r in agent)
     log = (out / "eval.log").read_text()
     assert "eval warm: 1/6, reward" in log and ", eta " in log and "eval careful: 5/6" in log
 
-    # an endpoint that refuses every call (a wrong key): one line naming the model and the first error, exit 2
-    monkeypatch.setenv("EVAL_TEST_KEY", "sk-wrong")
-    code, _, err = run_cli(["eval", "--conf", str(conf), "--limit", "1", "--k", "2", "--out", str(tmp_path / "bad"),
-                            "--model", f"base_url={endpoint.base_url},model=careful,api_key_env=EVAL_TEST_KEY"],
-                           capsys)
+    # an endpoint that fails every call of the agent: one line naming the model and the first error, exit 2; the
+    # tracebacks in eval.log, not on the console; the model before it keeps its figures in eval.json
+    bad = tmp_path / "bad"
+    code, _, err = run_cli(["eval", "--conf", str(conf), "--limit", "2", "--k", "2", "--out", str(bad), "--model",
+                            f"label=warm,path={trained['full']}", "--model",
+                            f"base_url={endpoint.base_url},model=broken,api_key_env=EVAL_TEST_KEY"], capsys)
     lines = [line for line in err.splitlines() if line.startswith("astuner: error:")]
     assert code == 2 and len(lines) == 1, err[-2000:]
-    assert "--model careful: every one of its 2 episodes failed" in lines[0] and "401" in lines[0], lines[0]
+    assert "--model broken: every one of its 4 episodes failed" in lines[0] and "500" in lines[0], lines[0]
+    assert "eval.json holds the 1 model(s) before it" in lines[0]
+    assert "Traceback" not in err and len(err.splitlines()) < 30, err[-3000:]
+    assert "Traceback" in (bad / "eval.log").read_text()
+    partial = json.loads((bad / "eval.json").read_text())
+    assert [m["label"] for m in partial["models"]] == ["warm"] and "broken" in partial["incomplete"]
+
+    # a wrong key, an unreachable server, a model the server does not have: one line before anything is loaded,
+    # and no output folder left behind
+    monkeypatch.setenv("EVAL_TEST_KEY", "sk-wrong")
+    dead = endpoint.base_url.rsplit(":", 1)[0] + ":9/v1"
+    for spec, needle in [(f"base_url={endpoint.base_url},model=careful,api_key_env=EVAL_TEST_KEY",
+                          "answered HTTP 401: the key was refused"),
+                         (f"base_url={dead},model=careful", "cannot reach")]:
+        code, _, err = run_cli(["eval", "--conf", str(conf), "--out", str(tmp_path / "never"), "--model", spec],
+                               capsys)
+        lines = [line for line in err.splitlines() if line.startswith("astuner: error:")]
+        assert code == 2 and len(lines) == 1 and needle in lines[0], err[-2000:]
+        assert not (tmp_path / "never").exists()
