@@ -130,6 +130,25 @@ def check_model_at(raw: str, tiny: Any, key: str, extra_roots: Sequence[Path], o
     return f"model: {found} ({data['model_type']})"
 
 
+def check_traces(cfg: Any, extra_roots: Sequence[Path]) -> str:
+    """trainer_common.traces.store: a trace store that opens, with how many episodes it holds."""
+    from astuner.config.paths import find_user_path
+    from astuner.errors import DataError
+    from astuner.records.trace_store import TraceStore
+
+    raw = cfg.trainer_common.traces.store
+    path = find_user_path(raw, extra_roots)
+    if path is None:
+        raise DataError(f"astuner.trainer_common.traces.store: {raw} not found (relative paths: from the working "
+                        f"folder, then the config's folder and its parents)")
+    try:
+        episodes = TraceStore.read(path).episodes()
+    except DataError as exc:
+        raise DataError(f"astuner.trainer_common.traces.store: {exc}") from None
+    rewarded = sum(e["reward"] is not None for e in episodes)
+    return f"traces: {path} ({len(episodes)} episodes, {rewarded} with a reward)"
+
+
 def policies_note(cfg: Any, roots: Sequence[Path] = ()) -> str:
     """The agent -> policy map as --dry-run prints it, on a backbone that trains several policies; what they
     cannot be is refused here, before anything starts."""
@@ -164,6 +183,8 @@ def preflight(run_config: Any, exp_dir: Path, offline: bool, backbone: Any = Non
     notes: list[str] = list(run_config.notes)  # the seed system's keys, as read
     if own.sound("astuner.task_reader"):
         notes.append(own.attempt(check_tasks, cfg, roots, offline)[1] or "")
+    if cfg.trainer_common.traces.store and own.sound("astuner.trainer_common.traces"):
+        notes.append(own.attempt(check_traces, cfg, roots)[1] or "")
     model_ok = own.sound("astuner.model", "astuner.auxiliary_models", "astuner.policies")
     if model_ok:
         model_ok, note = own.attempt(check_model, cfg, roots, offline)

@@ -43,6 +43,8 @@ FEATURES = (
     Feature("lora", "LoRA", "astuner.model.lora", lambda a: a.model.lora is not None),
     Feature("sft_warm_start", "SFT warm start", "astuner.trainer_common.sft.steps",
             lambda a: a.trainer_common.sft.steps > 0),
+    Feature("traces", "training from a trace store (astuner serve / traces import)",
+            "astuner.trainer_common.traces.store", lambda a: a.trainer_common.traces.store is not None),
     Feature("task_selector", "task selectors beyond sequential / shuffle",
             "astuner.task_reader.task_selector.selector_type",
             lambda a: a.task_reader.selector.selector_type not in ORDERED),

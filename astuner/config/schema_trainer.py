@@ -89,6 +89,37 @@ class SftConfig:
     min_reward: float = key(1.0, "Keep an expert episode when its reward is at least this.")
 
 
+TRACE_MODES = ("sft", "pg")
+
+
+@dataclass
+class TracesConfig:
+    """Training from a trace store (`astuner serve`, `astuner traces import`): the episodes an agent in use played,
+    with the rewards given them. The episodes whose messages do not render again to the tokens recorded (the
+    re-render check) are left out unless allow_mismatch; the tokens trained are always the recorded ones. Runs at
+    the start of a new run, after the SFT warm start if any (checkpoint global_step_0); debug backbone."""
+
+    store: Optional[str] = key(None, "The trace store (SQLite file) to train from; null = none.", backbones=DEBUG)
+    mode: str = key(
+        "sft", "sft: supervised on the chosen episodes' generated tokens; pg: policy gradient on the rewarded served "
+        "episodes (a batch's reward minus its mean, over its std), off-policy: the recorded behaviour log-probs "
+        "weigh each token (trainer_common.off_policy.is_cap caps the ratio).", choices=TRACE_MODES, backbones=DEBUG)
+    min_reward: Optional[float] = key(
+        None, "sft: the episodes whose reward is at least this (null: every rewarded episode).", backbones=DEBUG)
+    best_per_task: bool = key(
+        False, "sft: of each task's rewarded episodes only the best (a task: the episode's first user message).",
+        backbones=DEBUG)
+    steps: int = key(100, "Optimizer steps on the chosen episodes.", gt=0, backbones=DEBUG)
+    batch_size: int = key(16, "Episodes per step.", gt=0, backbones=DEBUG)
+    lr: float = key(5.0e-4, "sft: learning rate (AdamW, no weight decay); pg: trainer_common.optim's.", gt=0,
+                    backbones=DEBUG)
+    allow_mismatch: bool = key(False, "Train on the episodes the re-render check finds mismatched too.",
+                               backbones=DEBUG)
+    then_rl: bool = key(
+        False, "After training from the store, the run's RL steps on its own tasks (total_training_steps / "
+        "total_epochs); false: the run ends there.", backbones=DEBUG)
+
+
 @dataclass
 class OffPolicyConfig:
     """Rollouts ahead of training: the engines sample weights a few versions old while the learner trains
@@ -163,4 +194,5 @@ class TrainerCommonConfig:
     optim: OptimConfig = section(OptimConfig)
     algorithm: AlgorithmConfig = section(AlgorithmConfig)
     sft: SftConfig = section(SftConfig)
+    traces: TracesConfig = section(TracesConfig)
     off_policy: OffPolicyConfig = section(OffPolicyConfig)

@@ -243,6 +243,10 @@ def _check_rules(cfg: AstunerConfig, b: _Builder) -> None:
     if ok("astuner.trainer_common.sft.steps") and sft.steps > 0 and not sft.expert:
         b.error("astuner.trainer_common.sft.expert", "astuner.trainer_common.sft.steps > 0 needs an expert "
                 "('file.py->fn', an async function (prompt) -> reply) to play the demonstrations")
+    traces = cfg.trainer_common.traces
+    if ok("astuner.trainer_common.traces.store") and traces.store and cfg.policies:
+        b.error("astuner.trainer_common.traces.store", "astuner.trainer_common.traces trains the one policy of a run; "
+                "this config has several (astuner.policies): train from the store with a config of one policy")
     off = cfg.trainer_common.off_policy
     if ok(*(f"astuner.trainer_common.off_policy.{k}" for k in ("max_staleness", "sync_interval", "sync_offset"))):
         from astuner.config.sync_schedule import problem

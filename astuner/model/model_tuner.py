@@ -255,7 +255,8 @@ class ModelTuner(ChatModelBase):
             target=call.target, policy=call.policy, messages=call.msgs, tools=call.tools, prompt_text=call.prompt_text,
             prompt_ids=call.prompt_ids, response_ids=list(result.token_ids), logprobs=list(result.logprobs),
             finish_reason=result.finish_reason, response_text=reply_text, tool_call_errors=parsed.errors,
-            decoded_response=decoded)
+            decoded_response=decoded,
+            sampling={"temperature": call.sampling.temperature, "top_p": call.sampling.top_p})
         return CompletedCall(record, parsed, [f"call_{uuid.uuid4().hex[:16]}" for _ in parsed.tool_calls])
 
     def render(self, msgs: list[dict[str, Any]], tools: Optional[list[dict[str, Any]]], prompt: bool = True) -> str:

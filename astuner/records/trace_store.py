@@ -15,8 +15,9 @@ Schema (version 1, `meta.schema_version`; a newer file is refused, not misread):
   (or `imported:<format>`), `reward` the last feedback's (NULL before any), `feedback` its metadata as JSON.
 - `calls(episode_id TEXT, seq INTEGER, agent TEXT, created REAL, messages TEXT, tools TEXT, prompt_text TEXT,
   prompt_ids BLOB, response_ids BLOB, logprobs BLOB, finish_reason TEXT, response_text TEXT,
-  tool_call_errors TEXT, usage TEXT, PRIMARY KEY (episode_id, seq))`: a `CallRecord` whole; token ids are
-  little-endian uint32 and log-probs little-endian float32 (`array`), JSON columns hold JSON text.
+  tool_call_errors TEXT, usage TEXT, sampling TEXT, PRIMARY KEY (episode_id, seq))`: a `CallRecord` whole;
+  token ids are little-endian uint32 and log-probs little-endian float32 (`array`), JSON columns hold JSON text
+  (`sampling`: the temperature and top-p the reply was sampled at, which its log-probs are of).
 - `feedback(id INTEGER PRIMARY KEY, episode_id TEXT, created REAL, reward REAL, metadata TEXT)`: every reward
   given, in order (the episode's `reward` is the last).
 """
@@ -45,7 +46,7 @@ CREATE TABLE IF NOT EXISTS episodes (id TEXT PRIMARY KEY, created REAL NOT NULL,
 CREATE TABLE IF NOT EXISTS calls (episode_id TEXT NOT NULL REFERENCES episodes(id), seq INTEGER NOT NULL,
     agent TEXT NOT NULL, created REAL NOT NULL, messages TEXT NOT NULL, tools TEXT, prompt_text TEXT NOT NULL,
     prompt_ids BLOB NOT NULL, response_ids BLOB NOT NULL, logprobs BLOB NOT NULL, finish_reason TEXT NOT NULL,
-    response_text TEXT NOT NULL, tool_call_errors TEXT NOT NULL, usage TEXT NOT NULL,
+    response_text TEXT NOT NULL, tool_call_errors TEXT NOT NULL, usage TEXT NOT NULL, sampling TEXT NOT NULL,
     PRIMARY KEY (episode_id, seq));
 CREATE TABLE IF NOT EXISTS feedback (id INTEGER PRIMARY KEY AUTOINCREMENT, episode_id TEXT NOT NULL
     REFERENCES episodes(id), created REAL NOT NULL, reward REAL NOT NULL, metadata TEXT);
@@ -226,12 +227,12 @@ class TraceStore:
                            "ON CONFLICT(id) DO UPDATE SET updated = excluded.updated",
                            (episode, now, now, source, model))
         self._conn.execute(
-            "INSERT INTO calls VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO calls VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (episode, seq, record.target, now, json.dumps(record.messages, ensure_ascii=False),
              json.dumps(record.tools, ensure_ascii=False) if record.tools else None, record.prompt_text,
              _ids(record.prompt_ids), _ids(record.response_ids), _floats(record.logprobs), record.finish_reason,
              record.response_text, json.dumps(record.tool_call_errors, ensure_ascii=False),
-             json.dumps(record.usage)))
+             json.dumps(record.usage), json.dumps(record.sampling)))
 
     def _write_feedback(self, episode: str, reward: float, metadata: Optional[dict[str, Any]], now: float) -> None:
         text = json.dumps(metadata, ensure_ascii=False) if metadata is not None else None
@@ -251,12 +252,13 @@ class TraceStore:
     def calls(self, episode: str) -> list[CallRecord]:
         """The episode's calls in order, as CallRecords (what the model saw and produced, token for token)."""
         rows = self._conn.execute("SELECT agent, messages, tools, prompt_text, prompt_ids, response_ids, logprobs, "
-                                  "finish_reason, response_text, tool_call_errors, usage FROM calls "
+                                  "finish_reason, response_text, tool_call_errors, usage, sampling FROM calls "
                                   "WHERE episode_id = ? ORDER BY seq", (episode,)).fetchall()
         return [CallRecord(target=r[0], messages=json.loads(r[1]), tools=json.loads(r[2]) if r[2] else None,
                            prompt_text=r[3], prompt_ids=_unids(r[4]), response_ids=_unids(r[5]),
                            logprobs=_unids(r[6], "f"), finish_reason=r[7], response_text=r[8],
-                           tool_call_errors=json.loads(r[9]), usage=json.loads(r[10])) for r in rows]
+                           tool_call_errors=json.loads(r[9]), usage=json.loads(r[10]), sampling=json.loads(r[11]))
+                for r in rows]
 
     def feedback(self, episode: str) -> list[dict[str, Any]]:
         rows = self._conn.execute("SELECT created, reward, metadata FROM feedback WHERE episode_id = ? ORDER BY id",

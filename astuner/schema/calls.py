@@ -29,6 +29,8 @@ class CallRecord:
     policy: str = "default"  # the policy that generated it (astuner.model.policies)
     # what an endpoint that returns no token ids counted (`prompt_tokens`, `completion_tokens`); empty: the ids
     usage: dict[str, int] = field(default_factory=dict)
+    # how the reply was sampled (`temperature`, `top_p`): what its log-probs are log-probs of; empty: not recorded
+    sampling: dict[str, float] = field(default_factory=dict)
 
     @property
     def prompt_tokens(self) -> int:

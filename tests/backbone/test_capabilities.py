@@ -19,6 +19,7 @@ ASKS = {
     "auxiliary_models": "+astuner.auxiliary_models={judge: some/model}",
     "lora": "astuner.model.lora={}",
     "sft_warm_start": "astuner.trainer_common.sft.steps=2",
+    "traces": "astuner.trainer_common.traces.store=traces.db",
     "task_selector": "astuner.task_reader.task_selector.selector_type=random",
     "experience_operators": "astuner.data_processor.experience_pipeline.operators=[{name: pass_rate_calculator}]",
     "grpo_without_std": "astuner.trainer_common.algorithm.norm_adv_by_std_in_grpo=false",

@@ -16,7 +16,7 @@ def record(n: int) -> CallRecord:
     return CallRecord(target="agent", messages=[{"role": "user", "content": f"q{n} ✓"}], tools=None,
                       prompt_text=f"<q{n}>", prompt_ids=[1, 2, 70000 + n], response_ids=[5, 2 ** 31 + n],
                       logprobs=[-0.25, -1.5], finish_reason="stop", response_text=f"a{n}",
-                      tool_call_errors=["bad call"], usage={})
+                      tool_call_errors=["bad call"], usage={}, sampling={"temperature": 0.7, "top_p": 1.0})
 
 
 def test_calls_round_trip_and_a_reader_sees_them_while_the_writer_writes(tmp_path):

@@ -94,6 +94,8 @@ def test_a_served_episodes_rows_are_the_engines_ids(served):
         assert call.logprobs == pytest.approx(result.logprobs, abs=1e-5)  # stored as float32
         assert call.finish_reason == result.finish_reason and call.tools == TOOLS
     assert calls[0].messages == messages[:2] and calls[1].messages[-1] == {"role": "user", "content": "And now?"}
+    # the sampling each reply's log-probs are of: the request's temperature (the first), the default (the second)
+    assert calls[0].sampling == {"temperature": 0.7, "top_p": 1.0} and calls[1].sampling["temperature"] == 1.0
     # the second call continues the first: its prompt begins with the first's prompt and reply, id for id
     assert calls[1].prompt_ids[:len(calls[0].prompt_ids)] == calls[0].prompt_ids
     assert second.usage.prompt_tokens == len(calls[1].prompt_ids)

@@ -8,7 +8,6 @@ import asyncio
 import json
 import shutil
 
-import pytest
 
 from astuner.records.trace_store import TraceStore
 from tests.conftest import run_cli

@@ -155,6 +155,14 @@ class DebugTrainer:
         signal.signal(signal.SIGINT, self._on_sigint)
         try:
             self._setup()
+            traces_only = self.cfg.trainer_common.traces.store is not None and \
+                not self.cfg.trainer_common.traces.then_rl
+            if traces_only:  # the run is its training from the store: step 0, then done
+                if self.checkpoint is None:
+                    self._step_zero()
+                else:
+                    logger.info(f"nothing to do: the run trained from its store (checkpoint {self.checkpoint.name})")
+                return
             if self.start_step >= self.total_steps:
                 logger.info(f"nothing to do: the run finished its {self.total_steps} steps (checkpoint global_step_"
                             f"{self.start_step}); raise "
@@ -208,18 +216,60 @@ class DebugTrainer:
                 raise KeyboardInterrupt
 
     def _step_zero(self) -> None:
-        """Before the first step of a new run: the warm start (if any), the validation after it (or before training),
-        their metric row 0, then with a warm start the checkpoint global_step_0 — saved last, so it holds everything
-        step 0 did (weights, the KL reference, the engine's sampler after that validation): a run killed at any point
-        after it and resumed is the run that was not killed."""
+        """Before the first step of a new run: the warm start (if any), training from a trace store (if any), the
+        validation after them (or before training), their metric row 0, then with either the checkpoint
+        global_step_0 — saved last, so it holds everything step 0 did (weights, the KL reference, the engine's sampler
+        after that validation): a run killed at any point after it and resumed is the run that was not killed."""
         tc = self.cfg.trainer_common
         warm = self._warm_start() if tc.sft.steps > 0 else {}
+        if tc.traces.store:
+            warm.update(self._train_from_traces())
         if (tc.val_before_train or warm) and self.val_tasks:
-            warm.update(self.source.validate(self.val_tasks, 0, "after the warm start" if warm else "before training"))
+            label = "after training from the store" if tc.traces.store else "after the warm start"
+            warm.update(self.source.validate(self.val_tasks, 0, label if warm else "before training"))
         if warm:
             self.writer.write(0, warm)
-        if tc.sft.steps > 0:
+        if tc.sft.steps > 0 or tc.traces.store:
             self.save(0)
+
+    def _train_from_traces(self) -> dict[str, float]:
+        """trainer_common.traces: the chosen episodes of the store, SFT or off-policy policy gradient on them
+        (backbone/debug/traces.py), the weights to the engine and the KL reference."""
+        from astuner.config.paths import find_user_path
+        from astuner.backbone.debug import sft, traces
+
+        tc, t = self.cfg.trainer_common, self.cfg.trainer_common.traces
+        path = find_user_path(t.store, self.ctx.config.extra_roots)
+        if path is None:
+            raise DataError(f"astuner.trainer_common.traces.store: {t.store} not found")
+        out: dict[str, float] = {}
+        if self.val_tasks:
+            out["traces/val_reward_before"] = self.source.validate(
+                self.val_tasks, 0, "before training from the store")["val/reward_mean"]
+        chosen = traces.choose(path, self.cfg, self.tokenizer)
+        left = ", ".join(f"{reason} {n}" for reason, n in sorted(chosen.left_out.items())) or "none"
+        logger.info(f"training from {path}: {len(chosen.episodes)} episodes chosen (mean reward "
+                    f"{chosen.metrics()['traces/reward_mean']:.3f}; left out: {left}), {t.steps} {t.mode} steps")
+        t0 = time.perf_counter()
+        if t.mode == "sft":
+            samples = [s for episode in chosen.episodes.values() for s in episode]
+            losses = sft.train(self.learner.model, samples, t.steps, t.lr, t.batch_size, tc.seed, self.pad_id,
+                               tc.max_token_len_per_micro_batch, self.dtype, tc.optim.grad_clip)
+            out.update({"traces/loss_first": losses[0], "traces/loss_last": losses[-1]})
+        else:
+            source = traces.TraceSource(chosen, t.batch_size, tc.seed)
+            losses = []
+            for _ in range(t.steps):
+                metrics, _, _ = self.learner.learn(source.collect(), chosen.temperature, tc.off_policy.is_cap)
+                if "actor/pg_loss" in metrics:
+                    losses.append(metrics["actor/pg_loss"])
+            out["traces/updates"] = float(len(losses))
+            if losses:
+                out.update({"traces/pg_loss_first": losses[0], "traces/pg_loss_last": losses[-1]})
+        self.learner.took_warm_start()
+        out.update({**chosen.metrics(), "perf/time_traces_s": time.perf_counter() - t0})
+        logger.info(f"trained from the store in {out['perf/time_traces_s']:.0f} s")
+        return out
 
     def _warm_start(self) -> dict[str, float]:
         """trainer_common.sft: the expert's demonstrations through the workflow, SFT on them, the weights to

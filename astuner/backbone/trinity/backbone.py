@@ -241,6 +241,8 @@ class TrinityBackbone:
                         "batch there)",
         "stale_drop": "Trinity-RFT's explorer waits for the trainer at each sync (its fixed sync style): samples are "
                       "never older than the schedule, so none would be dropped",
+        "traces": "training from a trace store runs on the debug backbone (train there, then continue on Trinity "
+                  "from its checkpoint: astuner.model.path)",
     }
     uses_ray = True
     records_tokens = False

@@ -234,6 +234,8 @@ class VerlBackbone:
         "stale_drop": "the verl backbone trains synchronously (nothing is ever stale)",
         "short_group_train": "verl takes one output per episode and its GRPO counts every one in the group's mean "
                              "and std, a failed episode's reward-0 stand-in too; its short groups are dropped",
+        "traces": "training from a trace store runs on the debug backbone (train there, then continue on verl from "
+                  "its checkpoint: astuner.model.path)",
     }
     uses_ray = True
     records_tokens = False
