@@ -2,6 +2,6 @@
 recorded token for token into a trace store (astuner.records.trace_store), rewards given afterwards through
 `POST /v1/feedback` (`send_feedback`). server.py (the gateway with one key and sessions), cli.py, feedback.py."""
 
-from astuner.serve.feedback import send_feedback
+from astuner.serve.feedback import FeedbackRefused, send_feedback, send_feedback_async
 
-__all__ = ["send_feedback"]
+__all__ = ["send_feedback", "send_feedback_async", "FeedbackRefused"]

@@ -97,10 +97,12 @@ def _serve(args: argparse.Namespace) -> int:
     prefer_passive_waits()
     from loguru import logger
 
+    from astuner.records.run_dir import setup_logging
     from astuner.records.trace_store import TraceStore
 
     name = args.name or candidate.label
     store = TraceStore.open_for_writing(Path(args.store), name)
+    setup_logging(Path(args.store + ".log"))  # the console, and a log beside the store
     gateway = None
     try:
         new_tuner, max_model_len = _tuners(args, candidate, name)
@@ -114,8 +116,8 @@ def _serve(args: argparse.Namespace) -> int:
               f"{args.max_tokens}); every call recorded into {args.store}", file=sys.stderr)
         print(f"astuner: key: {key}" if made else f"astuner: key: the value of "
               f"{args.api_key_env or KEY_ENV}", file=sys.stderr)
-        print("astuner: name an episode with the header X-Session-Id; rewards: POST /v1/feedback; Ctrl-C stops",
-              file=sys.stderr, flush=True)
+        print(f"astuner: name an episode with the header X-Session-Id; rewards: POST /v1/feedback; Ctrl-C stops; "
+              f"log: {args.store}.log", file=sys.stderr, flush=True)
         _wait()
     finally:
         if gateway is not None:

@@ -15,11 +15,30 @@ def send_feedback(base_url: str, api_key: str, episode: str, reward: float,
     (its `/v1` URL); the server's answer, or FeedbackRefused with its message."""
     import httpx
 
+    response = httpx.post(f"{base_url.rstrip('/')}/feedback", json=_body(episode, reward, metadata),
+                          timeout=timeout_s, headers={"Authorization": f"Bearer {api_key}"})
+    return _answer(response)
+
+
+async def send_feedback_async(base_url: str, api_key: str, episode: str, reward: float,
+                              metadata: Optional[dict[str, Any]] = None, timeout_s: float = 30.0) -> dict[str, Any]:
+    """The same from async code (an agent's own event loop), without a thread."""
+    import httpx
+
+    async with httpx.AsyncClient(timeout=timeout_s) as client:
+        response = await client.post(f"{base_url.rstrip('/')}/feedback", json=_body(episode, reward, metadata),
+                                     headers={"Authorization": f"Bearer {api_key}"})
+    return _answer(response)
+
+
+def _body(episode: str, reward: float, metadata: Optional[dict[str, Any]]) -> dict[str, Any]:
     body: dict[str, Any] = {"episode": episode, "reward": reward}
     if metadata is not None:
         body["metadata"] = metadata
-    response = httpx.post(f"{base_url.rstrip('/')}/feedback", json=body, timeout=timeout_s,
-                          headers={"Authorization": f"Bearer {api_key}"})
+    return body
+
+
+def _answer(response: Any) -> dict[str, Any]:
     if response.status_code != 200:
         try:
             message = response.json()["error"]["message"]

@@ -148,7 +148,7 @@ class ServeGateway(Gateway):
                                                 f"X-Session-Id of its calls' replies)", param="episode",
                                                 code="not_found", status=404))
         self.store.add_feedback(episode, reward, metadata)
-        logger.info(f"feedback: episode {episode} reward {reward}")
+        logger.debug(f"feedback: episode {episode} reward {reward}")  # (the log file only)
         return _json({"episode": episode, "reward": reward, "recorded": True})
 
 

@@ -4,7 +4,7 @@ base URL and an API key, as it would be given OpenAI's or a vLLM server's."""
 from __future__ import annotations
 
 import json
-from typing import Callable
+from typing import Callable, Optional
 
 import openai
 
@@ -15,9 +15,10 @@ READ_SENSOR = {"type": "function", "function": {
 
 
 async def solve(question: str, read_sensor: Callable[[], str], base_url: str, api_key: str,
-                max_turns: int = 3) -> str:
-    """Ask the model; run the tools it calls and give it their results, until it answers in plain text."""
-    async with openai.AsyncOpenAI(base_url=base_url, api_key=api_key) as client:
+                max_turns: int = 3, headers: Optional[dict[str, str]] = None) -> str:
+    """Ask the model; run the tools it calls and give it their results, until it answers in plain text. `headers`:
+    sent with every request (a deployment's session id, say)."""
+    async with openai.AsyncOpenAI(base_url=base_url, api_key=api_key, default_headers=headers) as client:
         messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": question}]
         for _ in range(max_turns):
             reply = (await client.chat.completions.create(model="policy", messages=messages,

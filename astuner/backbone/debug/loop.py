@@ -254,7 +254,8 @@ class DebugTrainer:
         if t.mode == "sft":
             samples = [s for episode in chosen.episodes.values() for s in episode]
             losses = sft.train(self.learner.model, samples, t.steps, t.lr, t.batch_size, tc.seed, self.pad_id,
-                               tc.max_token_len_per_micro_batch, self.dtype, tc.optim.grad_clip)
+                               tc.max_token_len_per_micro_batch, self.dtype, tc.optim.grad_clip,
+                               "training from the store")
             out.update({"traces/loss_first": losses[0], "traces/loss_last": losses[-1]})
         else:
             source = traces.TraceSource(chosen, t.batch_size, tc.seed)

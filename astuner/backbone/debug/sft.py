@@ -57,10 +57,10 @@ async def play(manager_for: Callable[[Any], Any], expert: Callable[[str], Any], 
 
 
 def train(model: Any, samples: Sequence[Sample], steps: int, lr: float, batch_size: int, seed: int, pad_id: int,
-          token_budget: int, dtype: str, grad_clip: float | None = 1.0) -> list[float]:
+          token_budget: int, dtype: str, grad_clip: float | None = 1.0, label: str = "SFT warm start") -> list[float]:
     """`steps` AdamW steps of token-mean cross-entropy over the samples' trained tokens (mask 1), on random
     mini-batches of `batch_size` samples (micro-batched by `token_budget`); the loss of each step. Progress: a
-    bar on a terminal, else a line every 30 s (step, loss, ETA)."""
+    bar on a terminal, else a line every 30 s (step, loss, ETA), under `label`."""
     import torch
 
     from astuner.records.progress import Progress
@@ -72,7 +72,7 @@ def train(model: Any, samples: Sequence[Sample], steps: int, lr: float, batch_si
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
     losses: list[float] = []
     model.train()
-    bar = Progress(steps, "SFT warm start")
+    bar = Progress(steps, label)
     try:
         for _ in range(steps):
             chosen = [samples[int(i)] for i in torch.randperm(len(samples), generator=generator)[:batch_size]]

@@ -1,0 +1,61 @@
+"""tutorial/example_traces as its README runs it, shortened (a random tiny model, 24 episodes, 3 steps): serve,
+the agent in use rated through the feedback API (play.py, the openai-SDK agent), traces list and check, training
+from the store with the tutorial's YAML, the evaluation before and after."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+
+from tests.conftest import REPO_ROOT, run_cli
+
+TUTORIAL = REPO_ROOT / "tutorial" / "example_traces"
+
+
+def test_the_tutorial_sequence_runs(tiny_model_dir, tmp_path, capsys):
+    store = tmp_path / "traces.db"
+    env = {**os.environ, "ASTUNER_SERVE_KEY": "tutorial-key"}
+    server = subprocess.Popen([sys.executable, "-m", "astuner", "serve", str(tiny_model_dir), "--store", str(store),
+                               "--port", "0", "--max-tokens", "16"], stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = ""
+        while not line.startswith("astuner: serving"):
+            line = server.stderr.readline()
+            assert line, "astuner serve ended before serving"
+        base_url = re.search(r"at (http://\S+/v1)", line).group(1)
+        played = subprocess.run([sys.executable, str(TUTORIAL / "play.py"), "--base-url", base_url, "--key",
+                                 "tutorial-key", "--episodes", "24", "--concurrency", "8"], capture_output=True,
+                                text=True, timeout=300, env=env)
+        assert played.returncode == 0, played.stderr[-2000:]
+        assert re.search(r"24 episodes played and rated: success \d\.\d{3}", played.stdout), played.stdout
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=60) == 0
+
+    code, out, err = run_cli(["traces", "list", str(store)], capsys)
+    assert code == 0 and "24 episodes, 24 with a reward" in err
+    code, out, err = run_cli(["traces", "check", str(store), "--model", str(tiny_model_dir), "--json"], capsys)
+    assert code == 0 and json.loads(out)["episodes"] == 24
+
+    runs = tmp_path / "runs"
+    code, out, err = run_cli(["--conf", str(TUTORIAL / "from_traces.yaml"), "--exp-dir", str(runs),
+                              f"astuner.model.path={tiny_model_dir}", f"astuner.trainer_common.traces.store={store}",
+                              "astuner.trainer_common.traces.min_reward=0", "astuner.trainer_common.traces.steps=3",
+                              "astuner.trainer_common.traces.allow_mismatch=true",
+                              "astuner.rollout.val_kwargs.num_repeat=1"], capsys)
+    assert code == 0, err[-3000:]
+    checkpoint = runs / "from_traces" / "checkpoints" / "global_step_0"
+    row = json.loads((runs / "from_traces" / "metrics.jsonl").read_text().splitlines()[0])
+    assert row["traces/episodes"] == 24 and "traces/val_reward_before" in row and "val/reward_mean" in row
+
+    code, out, err = run_cli(["eval", "--conf", str(REPO_ROOT / "tutorial" / "example_agent_cpu" / "sensor_agent.yaml"),
+                              "--limit", "4", "--k", "1", "--out", str(tmp_path / "eval"),
+                              "--model", f"label=served,path={tiny_model_dir}",
+                              "--model", f"label=from_traces,path={checkpoint}"], capsys)
+    assert code == 0, err[-3000:]
+    models = json.loads((tmp_path / "eval" / "eval.json").read_text())["models"]
+    assert [m["label"] for m in models] == ["served", "from_traces"]

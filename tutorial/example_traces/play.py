@@ -1,0 +1,65 @@
+"""The main job's sensor agent in use: the openai-SDK agent (tutorial/example_openai_agent/sdk_agent.py) plays the
+training tasks against an `astuner serve` endpoint, as a deployed agent would (its own client, a session id per
+episode), and each episode is rated through the feedback API (1 when its answer is the sensor's reading, else 0),
+as a user's verdict would be.
+
+    python tutorial/example_traces/play.py --base-url http://127.0.0.1:8000/v1 --key KEY --episodes 400
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "example_openai_agent"))
+from sdk_agent import solve  # noqa: E402
+
+from astuner.serve import FeedbackRefused, send_feedback_async  # noqa: E402
+from astuner.task_judge.math_answer import answers_match, extract_answer  # noqa: E402
+
+TASKS = Path(__file__).resolve().parents[1] / "example_agent_cpu" / "train.jsonl"
+
+
+async def play(base_url: str, key: str, episodes: int, concurrency: int) -> float:
+    tasks = [json.loads(line) for line in TASKS.read_text().splitlines()]
+    limit = asyncio.Semaphore(concurrency)
+    rewards: list[float] = []
+
+    async def one(i: int) -> None:
+        task = tasks[i % len(tasks)]
+        session = f"episode-{i}"
+        async with limit:
+            try:
+                answer = await solve(task["question"], lambda: str(task["reading"]), base_url, key,
+                                     headers={"X-Session-Id": session})
+            except Exception as exc:  # noqa: BLE001 - a failed episode is rated 0, as a user would
+                print(f"{session}: {type(exc).__name__}: {exc}", file=sys.stderr)
+                answer = ""
+            found = extract_answer(answer)
+            reward = float(found is not None and answers_match(found, str(task["answer"])))
+            try:
+                await send_feedback_async(base_url, key, session, reward)
+            except FeedbackRefused as exc:  # an episode that failed before its first reply left no calls
+                print(f"{session}: {exc}", file=sys.stderr)
+        rewards.append(reward)
+
+    await asyncio.gather(*(one(i) for i in range(episodes)))
+    return sum(rewards) / len(rewards)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base-url", required=True)
+    parser.add_argument("--key", required=True)
+    parser.add_argument("--episodes", type=int, default=400)
+    parser.add_argument("--concurrency", type=int, default=32)
+    args = parser.parse_args()
+    rate = asyncio.run(play(args.base_url, args.key, args.episodes, args.concurrency))
+    print(f"{args.episodes} episodes played and rated: success {rate:.3f}")
+
+
+if __name__ == "__main__":
+    main()
