@@ -169,7 +169,8 @@ def _missing_backbone(backbone: Any) -> str:
 def build_view_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="astuner view",
                            description="Serve a run folder's curves, episodes and tokens in the browser.")
-    parser.add_argument("run", metavar="RUN", help="the run folder, e.g. launcher_record/<experiment_name>")
+    parser.add_argument("run", metavar="RUN", help="the run folder, e.g. launcher_record/<experiment_name>; an "
+                                                   "astuner eval folder; or a trace store (astuner serve --store)")
     parser.add_argument("--port", type=int, default=8765, metavar="N", help="port (default 8765; 0: any free port)")
     parser.add_argument("--host", default="127.0.0.1", metavar="ADDRESS",
                         help="address to listen on (default 127.0.0.1; any other exposes the run: a warning says so)")

@@ -139,3 +139,69 @@ def _gunzip_prefix(data: bytes) -> bytes:
         except zlib.error:
             break
     return b"".join(out)
+
+
+class StoreData(RunData):
+    """A trace store (astuner serve, astuner traces import) as the viewer shows a run: its episodes are one step (1),
+    each with its reward, calls and tokens, its conversation (the last call's messages and reply, and each agent's
+    when several); an episode id the page's URLs cannot carry is shown under an alias (`e<N>`). No token view: the
+    store names no tokenizer."""
+
+    SAFE_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+
+    def __init__(self, path: Path):
+        super().__init__(Path(path))
+        self._rows: Optional[list[dict[str, Any]]] = None
+
+    def _store(self) -> Any:
+        from astuner.records.trace_store import TraceStore
+
+        return TraceStore.read(self.root)
+
+    def steps(self) -> list[int]:
+        return [1]
+
+    def run(self) -> dict[str, Any]:
+        episodes = self.episodes(1)
+        return {"name": self.root.name, "path": str(self.root), "steps": [1], "curves": [], "metrics": [],
+                "labels": {"1": f"{len(episodes)} episodes"}}
+
+    def episodes(self, step: int) -> list[dict[str, Any]]:
+        if int(step) != 1:
+            return []
+        from astuner.schema.calls import conversations
+
+        store = self._store()
+        rows = []
+        for n, episode in enumerate(store.episodes()):
+            calls = store.calls(episode["id"])
+            last = calls[-1] if calls else None
+            first = next((m.get("content") for c in calls for m in c.messages if m.get("role") == "user"), "")
+            row = {"task_id": str(first or "")[:80], "repeat_index": 0,
+                   "episode_uuid": episode["id"] if self.SAFE_ID.match(episode["id"]) else f"e{n}",
+                   "episode": episode["id"], "source": episode["source"], "reward": episode["reward"],
+                   "is_success": episode["reward"] is not None and episode["reward"] > 0, "failed": False,
+                   "madness": [], "truncated": any(c.finish_reason == "length" for c in calls),
+                   "calls": len(calls), "tool_parse_failures": sum(len(c.tool_call_errors) for c in calls),
+                   "response_tokens": sum(c.completion_tokens for c in calls),
+                   "messages": last.messages if last else [], "response": last.response_text if last else None,
+                   "metadata": {"feedback": episode["feedback"]} if episode["feedback"] else None}
+            whole = conversations(calls)
+            if len(whole) > 1:
+                row["conversations"] = [{"agent": c.target, "policy": c.policy, "messages": c.messages,
+                                         "response": c.response_text} for c in whole]
+            rows.append(row)
+        return rows
+
+    def episode(self, step: int, uuid: str) -> Optional[dict[str, Any]]:
+        row = next((r for r in self.episodes(step) if r.get("episode_uuid") == uuid), None)
+        return None if row is None else {"step": int(step), "episode": row, "samples": []}
+
+
+def is_trace_store(path: Path) -> bool:
+    """A SQLite file (its header), which the viewer opens as a trace store."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Optional
 from urllib.parse import unquote, urlsplit
 
-from astuner.viewer.data import RunData
+from astuner.viewer.data import RunData, StoreData, is_trace_store
 
 STATIC = Path(__file__).resolve().parent / "static"
 FILES = {"/": ("index.html", "text/html; charset=utf-8"),
@@ -105,7 +105,7 @@ class ViewerServer(ThreadingHTTPServer):
     request_queue_size = 128  # the listen backlog (the standard library's 5 left concurrent page loads unanswered)
 
     def __init__(self, run_root: Path, host: str = "127.0.0.1", port: int = 0, live: bool = False):
-        self.data = RunData(run_root)
+        self.data = StoreData(run_root) if Path(run_root).is_file() else RunData(run_root)
         self.host_name = host  # the name it was started with (--host), accepted as Host
         self.live = live  # beside a running run (--with-logview): the page refreshes its curves
         if ":" in host:
@@ -126,7 +126,14 @@ def _open(run_root: Path, host: str, port: int, live: bool = False, must_exist: 
     from astuner.errors import UserError
 
     root = Path(run_root)
-    if must_exist and not root.is_dir():
+    if root.is_file():
+        if not is_trace_store(root):
+            raise UserError(f"{root} is a file but no trace store; name a run folder (launcher_record/"
+                            f"<experiment_name>), an eval folder or a trace store (astuner serve --store)")
+        from astuner.records.trace_store import TraceStore
+
+        TraceStore.read(root)  # its schema version checked: a DataError in one line
+    elif must_exist and not root.is_dir():
         raise UserError(f"{root} is not a run folder (expected launcher_record/<experiment_name>)")
     if host not in LOCAL_HOSTS:
         from loguru import logger

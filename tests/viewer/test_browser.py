@@ -216,3 +216,27 @@ def test_an_evaluation_folder_shows_its_models_figures_and_each_models_episodes(
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_trace_store_shows_its_episodes_and_their_conversations(browser, tmp_path):
+    from astuner.records.trace_store import TraceStore
+    from astuner.schema.calls import CallRecord
+    from astuner.viewer import start_viewer
+
+    store = TraceStore.open_for_writing(tmp_path / "traces.db")
+    for episode, reading in (("ticket-1", "497"), ("ticket-2", "512")):
+        store.add_call(episode, CallRecord("agent", [{"role": "user", "content": f"What does {episode} read?"}], None,
+                                           "p", [1], [2, 3], [-0.1, -0.2], "stop", f"\\boxed{{{reading}}}"))
+    store.add_feedback("ticket-2", 1.0)
+    store.close()
+    server = start_viewer(tmp_path / "traces.db")
+    try:
+        browser.get(f"{server.url}?step=1")
+        wait(browser, EC.presence_of_element_located((By.CSS_SELECTOR, "#episodes tr.episode")))
+        assert len(visible_rows(browser)) == 2 and browser.find_element(By.TAG_NAME, "h2").text == "step 1"
+        browser.get(f"{server.url}?step=1&episode=ticket-2")
+        wait(browser, EC.text_to_be_present_in_element((By.TAG_NAME, "body"), "\\boxed{512}"))
+        assert "What does ticket-2 read?" in browser.find_element(By.TAG_NAME, "body").text
+    finally:
+        server.shutdown()
+        server.server_close()
