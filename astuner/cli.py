@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from astuner.cli_args import OneLineParser
+from astuner.cli_args import OneLineParser, run_command, say_error
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USER, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -97,15 +97,6 @@ def _groups(usage: str) -> list[str]:
     return [w for w in words + [word] if w]
 
 
-def _error(message: str) -> None:
-    """One line; paths under the working folder shown relative to it (as the user typed them)."""
-    import os
-
-    cwd = os.getcwd().rstrip(os.sep) + os.sep
-    message = " ".join(message.replace(cwd, "").split("\n"))
-    print(f"astuner: error: {message}", file=sys.stderr)
-
-
 def _run(args: argparse.Namespace) -> int:
     from astuner.records.progress import quiet_libraries
 
@@ -178,21 +169,16 @@ def build_view_parser() -> argparse.ArgumentParser:
 
 
 def _view(argv: Sequence[str]) -> int:
-    try:
-        args = build_view_parser().parse_args(list(argv))
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    from astuner.errors import AstunerError
-    from astuner.viewer import serve_forever
+    def view(args: argparse.Namespace) -> int:
+        from astuner.viewer import serve_forever
 
-    try:
-        serve_forever(Path(args.run), args.host, args.port)
-    except AstunerError as exc:
-        _error(str(exc))
-        return exc.exit_code
-    except KeyboardInterrupt:
+        try:
+            serve_forever(Path(args.run), args.host, args.port)
+        except KeyboardInterrupt:  # the way a viewer is stopped
+            pass
         return EXIT_OK
-    return EXIT_OK
+
+    return run_command(build_view_parser(), view, argv)
 
 
 def build_merge_parser() -> argparse.ArgumentParser:
@@ -206,23 +192,17 @@ def build_merge_parser() -> argparse.ArgumentParser:
 
 
 def _merge_lora(argv: Sequence[str]) -> int:
-    try:
-        args = build_merge_parser().parse_args(list(argv))
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    from astuner.errors import AstunerError
-    from astuner.backbone.debug.lora import merge_checkpoint
+    def merge(args: argparse.Namespace) -> int:
+        from astuner.backbone.debug.lora import merge_checkpoint
 
-    folder = Path(args.checkpoint)
-    if (folder / "model").is_dir():
-        folder = folder / "model"
-    try:
+        folder = Path(args.checkpoint)
+        if (folder / "model").is_dir():
+            folder = folder / "model"
         out = merge_checkpoint(folder, Path(args.out), args.base)
-    except AstunerError as exc:
-        _error(str(exc))
-        return exc.exit_code
-    print(f"astuner: merged model written to {out}", file=sys.stderr)
-    return EXIT_OK
+        print(f"astuner: merged model written to {out}", file=sys.stderr)
+        return EXIT_OK
+
+    return run_command(build_merge_parser(), merge, argv)
 
 
 def _second_interrupt_stops_at_once() -> object:
@@ -277,12 +257,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except AstunerError as exc:
         lines = getattr(exc, "lines", [str(exc)])  # several problems found together: a count, then one line each
         if len(lines) > 1:
-            _error(f"{len(lines)} problems:")
+            say_error(f"{len(lines)} problems:")
         for problem in lines:
-            _error(problem)
+            say_error(problem)
         return exc.exit_code
     except KeyboardInterrupt:
-        _error("interrupted")
+        say_error("interrupted")
         return EXIT_INTERRUPTED
     except SystemExit as exc:
         import signal
@@ -292,7 +272,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         # ours, or Ray's: its ray.init (verl's, Trinity's) installs a SIGTERM handler raising SystemExit(15)
         if not isinstance(exc, Terminated) and exc.code != signal.SIGTERM:
             raise
-        _error("terminated (SIGTERM); the run wound down")
+        say_error("terminated (SIGTERM); the run wound down")
         return EXIT_TERMINATED
     except Exception:
         import traceback
@@ -300,7 +280,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from loguru import logger
 
         logger.error(f"internal failure:\n{traceback.format_exc()}")
-        _error("internal failure (traceback above); please report it with the config you ran")
+        say_error("internal failure (traceback above); please report it with the config you ran")
         return EXIT_INTERNAL
     finally:
         if previous is not None:

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from astuner.cli_args import OneLineParser
+from astuner.cli_args import OneLineParser, run_command
 
 DEFAULT_OUT = "eval_record"
 
@@ -36,30 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str]) -> int:
-    try:
-        args = build_parser().parse_intermixed_args(list(argv))
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    from astuner.errors import AstunerError
-
-    try:
-        return _evaluate(args)
-    except AstunerError as exc:
-        for line in getattr(exc, "lines", [str(exc)]):
-            print(f"astuner: error: {' '.join(line.splitlines())}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("astuner: error: interrupted", file=sys.stderr)
-        return 130
-    except Exception:
-        import traceback
-
-        from loguru import logger
-
-        logger.error(f"internal failure:\n{traceback.format_exc()}")
-        print("astuner: error: internal failure (traceback above); please report it with the config you ran",
-              file=sys.stderr)
-        return 1
+    return run_command(build_parser(), _evaluate, argv, intermixed=True)
 
 
 def _episode_failure(record: dict) -> bool:

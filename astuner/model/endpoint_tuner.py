@@ -17,8 +17,7 @@ from typing import Any, Optional
 
 from astuner.model.chat.tool_parser import ParsedCall, ParsedReply
 from astuner.model.model_tuner import CompletedCall, ModelTuner, PreparedCall
-from astuner.schema.calls import CallRecord, EpisodeClosed
-from astuner.model.chat.messages import normalize_messages, normalize_tools
+from astuner.schema.calls import CallRecord
 
 
 class Endpoint:
@@ -93,17 +92,8 @@ class EndpointTuner(ModelTuner):
     def prepare(self, messages: Any, tools: Any = None, tool_choice: Optional[str] = None, *,
                 target: Optional[str] = None, sampling: Any = None) -> PreparedCall:
         """Messages and tools checked; no rendering (the endpoint renders its own template)."""
-        if self.recorder.closed:
-            raise EpisodeClosed("the episode is over (it ended or timed out); this model call is refused")
-        target = target or self.target
-        self.recorder.agents.add(target)
-        tool_list = normalize_tools(tools)
-        if tool_choice is not None:
-            self._validate_tool_choice(tool_choice, tool_list or [])
-            if tool_choice == "none":
-                tool_list = None
-        return PreparedCall(target, self.policy_of(target), normalize_messages(messages), tool_list, "", [],
-                            sampling or self.sampling)
+        target, msgs, tool_list = self.checked(messages, tools, tool_choice, target)
+        return PreparedCall(target, self.policy_of(target), msgs, tool_list, "", [], sampling or self.sampling)
 
     async def complete(self, call: PreparedCall) -> CompletedCall:
         call.engine_started = True

@@ -219,17 +219,8 @@ class ModelTuner(ChatModelBase):
         """A call up to the engine: messages and tools checked and rendered, the prompt's ids. A prompt that
         leaves no room for the reply within max_model_len is refused (`refused` says why; the episode is marked
         truncated). Shared by the AgentScope route (`__call__`) and the OpenAI gateway (astuner.gateway)."""
-        if self.recorder.closed:
-            raise EpisodeClosed("the episode is over (it ended or timed out); this model call is refused")
-        target = target or self.target
-        self.recorder.agents.add(target)
+        target, msgs, tool_list = self.checked(messages, tools, tool_choice, target)
         sampling = sampling or self.sampling
-        msgs = normalize_messages(messages)
-        tool_list = normalize_tools(tools)
-        if tool_choice is not None:
-            self._validate_tool_choice(tool_choice, tool_list or [])
-            if tool_choice == "none":
-                tool_list = None
         prompt_text = render_prompt(self.tokenizer, self.render, msgs, tool_list, self.chat_template_kwargs,
                                     self.recorder.calls, target)  # only what is new since the last call
         prompt_ids = self._prompt_ids(prompt_text)
@@ -239,6 +230,22 @@ class ModelTuner(ChatModelBase):
                             f"max_model_len {self.max_model_len}")
             self.recorder.refuse(target, call.refused)
         return call
+
+    def checked(self, messages: Any, tools: Any, tool_choice: Optional[str], target: Optional[str]
+                ) -> tuple[str, list[dict[str, Any]], Optional[list[dict[str, Any]]]]:
+        """(the calling agent, the messages and the tools the call offers), checked: the episode still open, the
+        messages and tools well-formed, tool_choice one of the tools (`none`: no tools)."""
+        if self.recorder.closed:
+            raise EpisodeClosed("the episode is over (it ended or timed out); this model call is refused")
+        target = target or self.target
+        self.recorder.agents.add(target)
+        msgs = normalize_messages(messages)
+        tool_list = normalize_tools(tools)
+        if tool_choice is not None:
+            self._validate_tool_choice(tool_choice, tool_list or [])
+            if tool_choice == "none":
+                tool_list = None
+        return target, msgs, tool_list
 
     async def complete(self, call: PreparedCall) -> CompletedCall:
         """Generate a prepared call through the engine and parse the reply; the call's record is returned, not

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from astuner.cli_args import OneLineParser
+from astuner.cli_args import OneLineParser, run_command
 
 KEY_ENV = "ASTUNER_SERVE_KEY"
 
@@ -39,27 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str]) -> int:
-    try:
-        args = build_parser().parse_args(list(argv))
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    from astuner.errors import AstunerError
-
-    try:
-        return _serve(args)
-    except AstunerError as exc:
-        print(f"astuner: error: {' '.join(str(exc).splitlines())}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        return 0
-    except Exception:
-        import traceback
-
-        from loguru import logger
-
-        logger.error(f"internal failure:\n{traceback.format_exc()}")
-        print("astuner: error: internal failure (traceback above); please report it", file=sys.stderr)
-        return 1
+    return run_command(build_parser(), _serve, argv)
 
 
 def _key(args: argparse.Namespace) -> tuple[str, bool]:

@@ -77,8 +77,7 @@ class ServeGateway(Gateway):
         if asked is not None and not SESSION_ID.match(asked):
             request.state.bad_session = asked
             return None
-        # (asked twice per request, by chat() here and by the gateway's: one episode)
-        episode = getattr(request.state, "session", None) or asked or f"call-{uuid.uuid4().hex}"
+        episode = asked or f"call-{uuid.uuid4().hex}"
         request.state.session = episode
         return Lease(self._session(episode, asked is None), request.headers.get("x-agent") or "default")
 
@@ -118,10 +117,12 @@ class ServeGateway(Gateway):
                                                    "owned_by": "astuner"}]})
 
     async def chat(self, request: Any) -> Any:
-        if self._lease(request) is None:
-            return self._refused(request)
         response = await super().chat(request)
-        response.headers["X-Session-Id"] = request.state.session
+        if getattr(request.state, "bad_session", None) is not None:  # the gateway answered 401: it is a 400
+            return self._refused(request)
+        session = getattr(request.state, "session", None)
+        if session is not None:
+            response.headers["X-Session-Id"] = session
         return response
 
     def _refused(self, request: Any) -> Any:

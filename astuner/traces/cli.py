@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from astuner.cli_args import OneLineParser
+from astuner.cli_args import OneLineParser, run_command
 
 SHOWN = 20  # episodes named on the terminal (the --json report names them all)
 
@@ -39,17 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str]) -> int:
-    try:
-        args = build_parser().parse_args(list(argv))
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    from astuner.errors import AstunerError
-
-    try:
-        return {"list": _list, "check": _check, "import": _import}[args.command](args)
-    except AstunerError as exc:
-        print(f"astuner: error: {' '.join(str(exc).splitlines())}", file=sys.stderr)
-        return exc.exit_code
+    commands = {"list": _list, "check": _check, "import": _import}
+    return run_command(build_parser(), lambda args: commands[args.command](args), argv)
 
 
 def _tokenizer(model: str) -> Any:

@@ -149,10 +149,6 @@ class StoreData(RunData):
 
     SAFE_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 
-    def __init__(self, path: Path):
-        super().__init__(Path(path))
-        self._rows: Optional[list[dict[str, Any]]] = None
-
     def _store(self) -> Any:
         from astuner.records.trace_store import TraceStore
 
@@ -166,36 +162,44 @@ class StoreData(RunData):
         return {"name": self.root.name, "path": str(self.root), "steps": [1], "curves": [], "metrics": [],
                 "labels": {"1": f"{len(episodes)} episodes"}}
 
+    def _ids(self, store: Any) -> list[tuple[str, dict[str, Any]]]:
+        """(the id the page uses, the episode) for each of the store's episodes, in its order."""
+        return [(e["id"] if self.SAFE_ID.match(e["id"]) else f"e{n}", e) for n, e in enumerate(store.episodes())]
+
     def episodes(self, step: int) -> list[dict[str, Any]]:
         if int(step) != 1:
             return []
-        from astuner.schema.calls import conversations
-
         store = self._store()
-        rows = []
-        for n, episode in enumerate(store.episodes()):
-            calls = store.calls(episode["id"])
-            last = calls[-1] if calls else None
-            first = next((m.get("content") for c in calls for m in c.messages if m.get("role") == "user"), "")
-            row = {"task_id": str(first or "")[:80], "repeat_index": 0,
-                   "episode_uuid": episode["id"] if self.SAFE_ID.match(episode["id"]) else f"e{n}",
-                   "episode": episode["id"], "source": episode["source"], "reward": episode["reward"],
-                   "is_success": episode["reward"] is not None and episode["reward"] > 0, "failed": False,
-                   "madness": [], "truncated": any(c.finish_reason == "length" for c in calls),
-                   "calls": len(calls), "tool_parse_failures": sum(len(c.tool_call_errors) for c in calls),
-                   "response_tokens": sum(c.completion_tokens for c in calls),
-                   "messages": last.messages if last else [], "response": last.response_text if last else None,
-                   "metadata": {"feedback": episode["feedback"]} if episode["feedback"] else None}
-            whole = conversations(calls)
-            if len(whole) > 1:
-                row["conversations"] = [{"agent": c.target, "policy": c.policy, "messages": c.messages,
-                                         "response": c.response_text} for c in whole]
-            rows.append(row)
-        return rows
+        return [self._row(alias, episode, store.calls(episode["id"])) for alias, episode in self._ids(store)]
 
     def episode(self, step: int, uuid: str) -> Optional[dict[str, Any]]:
-        row = next((r for r in self.episodes(step) if r.get("episode_uuid") == uuid), None)
-        return None if row is None else {"step": int(step), "episode": row, "samples": []}
+        if int(step) != 1:
+            return None
+        store = self._store()
+        found = next((e for alias, e in self._ids(store) if alias == uuid), None)  # only its calls are read
+        if found is None:
+            return None
+        return {"step": 1, "episode": self._row(uuid, found, store.calls(found["id"])), "samples": []}
+
+    @staticmethod
+    def _row(alias: str, episode: dict[str, Any], calls: list[Any]) -> dict[str, Any]:
+        from astuner.schema.calls import conversations
+
+        last = calls[-1] if calls else None
+        first = next((m.get("content") for c in calls for m in c.messages if m.get("role") == "user"), "")
+        row = {"task_id": str(first or "")[:80], "repeat_index": 0, "episode_uuid": alias, "episode": episode["id"],
+               "source": episode["source"], "reward": episode["reward"],
+               "is_success": episode["reward"] is not None and episode["reward"] > 0, "failed": False,
+               "madness": [], "truncated": any(c.finish_reason == "length" for c in calls), "calls": len(calls),
+               "tool_parse_failures": sum(len(c.tool_call_errors) for c in calls),
+               "response_tokens": sum(c.completion_tokens for c in calls),
+               "messages": last.messages if last else [], "response": last.response_text if last else None,
+               "metadata": {"feedback": episode["feedback"]} if episode["feedback"] else None}
+        whole = conversations(calls)
+        if len(whole) > 1:
+            row["conversations"] = [{"agent": c.target, "policy": c.policy, "messages": c.messages,
+                                     "response": c.response_text} for c in whole]
+        return row
 
 
 def is_trace_store(path: Path) -> bool:

@@ -26,9 +26,8 @@ AROUND_TAGS = re.compile(r"\s*(</?[A-Za-z_][\w-]*>)\s*")
 SPACES = re.compile(r"\s+")
 
 
-def canonical_reply(text: str) -> str:
-    """A reply as the chat template may re-render it: no `<think>` block, tool-call JSON with sorted keys and
-    no spaces, no whitespace around tags, runs of whitespace as one space."""
+def canonical_tool_calls(text: str) -> str:
+    """`text` with each `<tool_call>` JSON re-serialised one way: sorted keys, no spaces."""
     def call_json(match: re.Match) -> str:
         try:
             body = json.dumps(json.loads(match.group(1)), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -36,7 +35,13 @@ def canonical_reply(text: str) -> str:
             body = match.group(1).strip()
         return f"<tool_call>{body}</tool_call>"
 
-    text = TOOL_CALL.sub(call_json, THINK.sub("", text))
+    return TOOL_CALL.sub(call_json, text)
+
+
+def canonical_reply(text: str) -> str:
+    """A reply as the chat template may re-render it: no `<think>` block, tool-call JSON with sorted keys and
+    no spaces, no whitespace around tags, runs of whitespace as one space."""
+    text = canonical_tool_calls(THINK.sub("", text))
     return SPACES.sub(" ", AROUND_TAGS.sub(r"\1", text)).strip()
 
 

@@ -12,27 +12,16 @@ text, tokenized otherwise: a merge across a boundary), `round_trip` (text the to
 
 from __future__ import annotations
 
-import json
 from collections import Counter
+from itertools import combinations
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from astuner.model.chat.continuation import SPACES, THINK, TOOL_CALL
+from astuner.model.chat.continuation import SPACES, THINK, canonical_tool_calls
 from astuner.schema.calls import CallRecord
 
 
-def _tool_json(text: str) -> str:
-    def canonical(match: Any) -> str:
-        try:
-            body = json.dumps(json.loads(match.group(1)), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        except ValueError:
-            body = match.group(1).strip()
-        return f"<tool_call>{body}</tool_call>"
-
-    return TOOL_CALL.sub(canonical, text)
-
-
-NORMALISATIONS = (("think", lambda t: THINK.sub("", t)), ("tool_json", _tool_json),
+NORMALISATIONS = (("think", lambda t: THINK.sub("", t)), ("tool_json", canonical_tool_calls),
                   ("whitespace", lambda t: SPACES.sub("", t)))
 
 
@@ -41,19 +30,13 @@ def cause_of(recorded: str, rendered: str) -> str:
     if recorded == rendered:
         return "tokenization"
     for size in (1, 2, 3):
-        for chosen in _subsets(size):
+        for chosen in combinations(NORMALISATIONS, size):
             a, b = recorded, rendered
             for _, apply in chosen:
                 a, b = apply(a), apply(b)
             if a == b:
                 return "+".join(name for name, _ in chosen)
     return "other"
-
-
-def _subsets(size: int) -> list[tuple[Any, ...]]:
-    from itertools import combinations
-
-    return list(combinations(NORMALISATIONS, size))
 
 
 @dataclass

@@ -115,6 +115,17 @@ def trained(played, store, name, capsys, *overrides):
     return weights(run / "checkpoints" / "global_step_0" / "model"), rows[0], err
 
 
+def trained_as_chosen_alone(played, tmp_path, name, mixed, chosen, capsys, *overrides):
+    """Trained from a store of `mixed` episodes and from one of `chosen` alone: the same weights, not the model's;
+    the mixed run's metric row 0 and log."""
+    from_mixed, row, err = trained(played, store_of(tmp_path / "mixed.db", mixed), f"{name}_mixed", capsys,
+                                   *overrides)
+    from_alone, _, _ = trained(played, store_of(tmp_path / "alone.db", chosen), f"{name}_alone", capsys, *overrides)
+    assert same(from_mixed, from_alone)
+    assert not same(from_mixed, weights(played["model"]))
+    return row, err
+
+
 def weights(folder):
     from safetensors.torch import load_file
 
@@ -131,13 +142,9 @@ def test_sft_from_the_store_trains_only_the_chosen_episodes(played, tmp_path, ca
     e = played["episodes"]
     chosen = [("good-1", e[0], 1.0), ("good-2", e[1], 0.8), ("good-3", e[2], 1.0)]
     others = [("unrated", e[3], None), ("poor", e[4], 0.1), ("drifted", mismatched(e[5]), 1.0)]
-    mixed = store_of(tmp_path / "mixed.db", [chosen[0], others[0], chosen[1], others[1], others[2], chosen[2]])
-    alone = store_of(tmp_path / "alone.db", chosen)
+    mixed = [chosen[0], others[0], chosen[1], others[1], others[2], chosen[2]]
     sft = ["astuner.trainer_common.traces.mode=sft", "astuner.trainer_common.traces.min_reward=0.5"]
-    from_mixed, row, err = trained(played, mixed, "sft_mixed", capsys, *sft)
-    from_alone, _, _ = trained(played, alone, "sft_alone", capsys, *sft)
-    assert same(from_mixed, from_alone)
-    assert not same(from_mixed, weights(played["model"]))
+    row, err = trained_as_chosen_alone(played, tmp_path, "sft", mixed, chosen, capsys, *sft)
     assert row["traces/episodes"] == 3 and row["traces/reward_mean"] == pytest.approx((1.0 + 0.8 + 1.0) / 3)
     assert (row["traces/left_out/unrewarded"], row["traces/left_out/below_min_reward"],
             row["traces/left_out/mismatched"]) == (1, 1, 1)
@@ -158,14 +165,9 @@ def test_pg_from_the_store_trains_only_the_chosen_episodes(played, tmp_path, cap
     imported = [replace(c, logprobs=[], sampling={}) for c in e[4]]  # a chat log: no behaviour log-probs
     others = [("unrated", e[5], None), ("imported", imported, 1.0), ("cooler", e[7], 1.0),
               ("drifted", mismatched(e[6]), 0.0)]
-    mixed = store_of(tmp_path / "mixed.db", [others[0], chosen[0], others[1], chosen[1], others[2], chosen[2],
-                                             others[3], chosen[3]])
-    alone = store_of(tmp_path / "alone.db", chosen)
+    mixed = [others[0], chosen[0], others[1], chosen[1], others[2], chosen[2], others[3], chosen[3]]
     pg = ["astuner.trainer_common.traces.mode=pg", "astuner.trainer_common.algorithm.drop_zero_variance_groups=false"]
-    from_mixed, row, _ = trained(played, mixed, "pg_mixed", capsys, *pg)
-    from_alone, _, _ = trained(played, alone, "pg_alone", capsys, *pg)
-    assert same(from_mixed, from_alone)
-    assert not same(from_mixed, weights(played["model"]))
+    row, _ = trained_as_chosen_alone(played, tmp_path, "pg", mixed, chosen, capsys, *pg)
     assert row["traces/episodes"] == 4 and row["traces/updates"] == 6
     assert (row["traces/left_out/unrewarded"], row["traces/left_out/no_logprobs"],
             row["traces/left_out/other_temperature"], row["traces/left_out/mismatched"]) == (1, 1, 1, 1)
