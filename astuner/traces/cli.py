@@ -2,7 +2,8 @@
 
     astuner traces list FILE                                  # the episodes: source, calls, reward
     astuner traces check FILE --model MODEL                   # the re-render check of every episode
-    astuner traces import LOG.jsonl --store FILE --model MODEL  # OpenAI-format chat logs, rendered and checked
+    astuner traces import LOG --store FILE --model MODEL       # OpenAI-format chat logs (JSON lines) or AgentScope
+                                                              # Studio's database.sqlite, rendered and checked
 
 Exit codes as the other commands': 0, 2 a user error (one line), 1 internal."""
 
@@ -29,8 +30,11 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("store", metavar="FILE")
     check.add_argument("--model", required=True, metavar="MODEL", help="the model that will be trained (its tokenizer)")
     check.add_argument("--json", action="store_true", help="the whole report as JSON on stdout")
-    imports = commands.add_parser("import", help="OpenAI-format chat logs (JSON lines) into a store")
-    imports.add_argument("log", metavar="LOG.jsonl")
+    imports = commands.add_parser("import", help="OpenAI-format chat logs (JSON lines) or AgentScope Studio's trace "
+                                                 "database into a store")
+    imports.add_argument("log", metavar="LOG", help="a JSON-lines chat log, or Studio's database.sqlite")
+    imports.add_argument("--format", choices=["auto", "openai", "studio"], default="auto",
+                         help="what LOG is (default: auto: a SQLite file is Studio's database, else JSON lines)")
     imports.add_argument("--store", required=True, metavar="FILE", help="the trace store (created when absent)")
     imports.add_argument("--model", required=True, metavar="MODEL",
                          help="the model that will be trained: its chat template renders the log")
@@ -84,18 +88,33 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
+    from astuner.errors import DataError
     from astuner.records.trace_store import TraceStore
-    from astuner.traces.importer import import_log
+    from astuner.traces.importer import import_calls, read_log
+    from astuner.traces.studio import is_sqlite, read_studio
 
+    log = Path(args.log)
+    if not log.is_file():
+        raise DataError(f"{log}: no such file")
+    studio = args.format == "studio" or (args.format == "auto" and is_sqlite(log))
+    if studio:  # read first: a file that is no Studio database is said before any store is made
+        calls, skipped, reasoning = read_studio(log)
+    else:
+        (calls, skipped), reasoning = read_log(log), 0
     tokenizer = _tokenizer(args.model)
     store = TraceStore.open_for_writing(Path(args.store))
     try:
-        report = import_log(Path(args.log), store, tokenizer)
+        report = import_calls(calls, skipped, store, tokenizer, "imported:studio" if studio else "imported:openai")
     finally:
         store.close()
+    if reasoning:
+        report.notes.append(f"{reasoning} replies' reasoning parts were left out (the chat message shape has no "
+                            f"field for them)")
     out = report.as_dict()
     print(f"astuner: imported {out['calls']} calls in {out['episodes']} episodes ({out['rewards']} with a reward) "
-          f"from {out['lines']} lines into {args.store}", file=sys.stderr)
+          f"from {out['lines']} {'model-call spans' if studio else 'lines'} into {args.store}", file=sys.stderr)
+    for note in out["notes"]:
+        print(f"astuner: note: {note}", file=sys.stderr)
     for line in out["skipped"][:SHOWN]:
         print(f"astuner: skipped {line}", file=sys.stderr)
     if len(out["skipped"]) > SHOWN:

@@ -11,7 +11,8 @@ Optional fields on a line: `session_id` (or `episode`): the episode it belongs t
 `reward`: the episode's reward (recorded as feedback). The call's prompt is the messages rendered with the
 generation prompt; its reply is what the template adds for the reply message, up to and with the end of turn.
 The log carries no token ids, so each call is checked to round-trip the tokenizer (astuner.model.chat.rerender);
-an episode that fails is named in the report and still stored."""
+an episode that fails is named in the report and still stored. AgentScope Studio's trace database is read into
+the same calls by astuner.traces.studio."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from astuner.schema.calls import CallRecord
 @dataclass
 class LogCall:
     episode: str
-    line: int
+    where: str  # where the log holds it, as a report names it ('line 3', 'span 5f0c...')
     messages: list[dict[str, Any]]
     tools: Optional[list[dict[str, Any]]]
     reply: dict[str, Any]
@@ -39,16 +40,17 @@ class LogCall:
 
 @dataclass
 class ImportReport:
-    lines: int = 0
+    lines: int = 0  # the log's entries read (lines; a Studio database's spans of model calls)
     episodes: int = 0
     calls: int = 0
     rewards: int = 0
-    skipped: list[str] = field(default_factory=list)  # 'line N: why' for lines that are no call
+    skipped: list[str] = field(default_factory=list)  # 'line N: why' for lines that are no call (or 'span ...')
     checks: list[EpisodeCheck] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the import left out of calls it kept
 
     def as_dict(self) -> dict[str, Any]:
         return {"lines": self.lines, "episodes": self.episodes, "calls": self.calls, "rewards": self.rewards,
-                "skipped": self.skipped, "check": summary(self.checks)}
+                "skipped": self.skipped, "notes": self.notes, "check": summary(self.checks)}
 
 
 def read_log(path: Path) -> tuple[list[LogCall], list[str]]:
@@ -88,7 +90,7 @@ def parse_line(row: Any, n: int) -> LogCall:
     reward = row.get("reward")
     if reward is not None and (isinstance(reward, bool) or not isinstance(reward, (int, float))):
         raise ValueError(f"reward {reward!r} is not a number")
-    return LogCall(str(episode), n, normalize_messages(messages), normalize_tools(tools),
+    return LogCall(str(episode), f"line {n}", normalize_messages(messages), normalize_tools(tools),
                    normalize_messages([{**reply, "role": "assistant"}])[0], reward)
 
 
@@ -113,23 +115,25 @@ def as_record(call: LogCall, tokenizer: Any, stops: set[int]) -> tuple[CallRecor
     return record, suffix.startswith(said)
 
 
-def import_log(path: Path, store: TraceStore, tokenizer: Any, source: str = "imported:openai") -> ImportReport:
+def import_calls(calls: list[LogCall], skipped: list[str], store: TraceStore, tokenizer: Any,
+                 source: str) -> ImportReport:
+    """`calls` grouped into episodes, rendered, checked and stored; an episode the store has already is skipped
+    (a log imported again adds only what is new)."""
     from astuner.model.engines.hf import stop_token_ids_of
 
-    calls, skipped = read_log(path)
-    report = ImportReport(lines=len(calls) + len(skipped), skipped=skipped)
+    report = ImportReport(lines=len(calls) + len(skipped), skipped=list(skipped))
     stops = set(stop_token_ids_of(tokenizer))
     episodes: dict[str, list[LogCall]] = {}
     for call in calls:
         episodes.setdefault(call.episode, []).append(call)
     for episode, group in episodes.items():
         if store.knows(episode):
-            report.skipped.append(f"line {group[0].line}: episode {episode!r} is in the store already")
+            report.skipped.append(f"{group[0].where}: episode {episode!r} is in the store already")
             continue
         try:
             built = [as_record(call, tokenizer, stops) for call in group]
         except ValueError as exc:
-            report.skipped.append(f"line {group[0].line}: episode {episode!r}: {exc}")
+            report.skipped.append(f"{group[0].where}: episode {episode!r}: {exc}")
             continue
         records = [record for record, _ in built]
         check = check_episode(tokenizer, episode, [_without_ids(r) for r in records])

@@ -1,0 +1,156 @@
+"""AgentScope Studio's trace database read as a chat log: each model call an agent made while Studio traced it.
+
+Studio (`as_studio`) keeps what AgentScope's tracing sends it (OpenTelemetry spans) in one SQLite file,
+`~/AgentScope-Studio/database.sqlite` on Linux (`~/Library/Application Support/AgentScope-Studio/` on macOS), table
+`span_table` (its `SpanTable` entity): a row per span with `traceId`, `spanId`, `startTimeUnixNano` (nanoseconds as
+text), `statusCode` (OpenTelemetry's: 2 is an error) and `attributes` (JSON). Studio 1.0 stores the attributes
+nested (`{"gen_ai": {"operation": {"name": "chat"}}}`), later versions flat (`{"gen_ai.operation.name": "chat"}`);
+both are read. A model call is a span whose `gen_ai.operation.name` is `chat` (AgentScope's `trace_llm`):
+- its messages and tools: `agentscope.function.input` = `{"args": [messages], "kwargs": {"tools": [...]}}`, the
+  formatter's output as the chat model received it (OpenAI's message shape for OpenAIChatFormatter);
+- its reply: `gen_ai.output.messages`, OpenTelemetry GenAI parts (`text`, `tool_call` with `id`, `name`,
+  `arguments`); `reasoning` parts are left out (the chat message shape has no field for them) and counted.
+
+An episode is a trace: one top-level traced call (an agent's reply to a message), with every model call made
+inside it in the order they started; a trace whose root span is not stored yet (the agent is still replying) is
+left for a later import. Studio records no rewards: give them with `astuner traces judge` or
+the feedback API. The database is opened read-only; Studio may keep running."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any, Optional
+
+from astuner.errors import DataError
+from astuner.model.chat.messages import normalize_messages, normalize_tools
+from astuner.traces.importer import LogCall
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+ERROR_STATUS = 2  # OpenTelemetry's StatusCode.ERROR
+
+
+def is_sqlite(path: Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+    except OSError:
+        return False
+
+
+def attribute(attrs: dict[str, Any], key: str) -> Any:
+    """`key` (dotted) from attributes stored flat or nested; a JSON text value is parsed."""
+    if key in attrs:
+        value = attrs[key]
+    else:
+        value, parts = attrs, key.split(".")
+        for i, part in enumerate(parts):
+            if not isinstance(value, dict):
+                return None
+            rest = ".".join(parts[i:])
+            if rest in value and i:  # nested down to here, flat below (a partly flattened row)
+                value = value[rest]
+                break
+            value = value.get(part)
+    if isinstance(value, str) and value[:1] in "[{":
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def read_studio(path: Path) -> tuple[list[LogCall], list[str], int]:
+    """(the model calls, 'span ID: why' for each chat span that is none, the reasoning parts left out)."""
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError as exc:
+        raise DataError(f"{path}: not a readable SQLite database ({exc})") from None
+    try:
+        if "span_table" not in tables:
+            raise DataError(f"{path}: a SQLite database without AgentScope Studio's span_table (tables: "
+                            f"{', '.join(sorted(tables)) or 'none'}); name Studio's database.sqlite")
+        rows = conn.execute("SELECT traceId, spanId, statusCode, attributes FROM span_table "
+                            "ORDER BY traceId, CAST(startTimeUnixNano AS INTEGER), spanId").fetchall()
+        finished = {row[0] for row in conn.execute(  # a trace's root span ends (and is stored) last
+            "SELECT DISTINCT traceId FROM span_table WHERE parentSpanId IS NULL OR parentSpanId = ''")}
+    except sqlite3.DatabaseError as exc:
+        raise DataError(f"{path}: AgentScope Studio's span_table could not be read ({exc})") from None
+    finally:
+        conn.close()
+    calls, skipped, reasoning = [], [], 0
+    for trace_id, span_id, status, text in rows:
+        try:
+            attrs = json.loads(text) if isinstance(text, str) else {}
+        except json.JSONDecodeError:
+            attrs = {}
+        if not isinstance(attrs, dict) or attribute(attrs, "gen_ai.operation.name") != "chat":
+            continue  # an agent's, a tool's or a formatter's span: its model calls are spans of their own
+        where = f"span {span_id}"
+        if trace_id not in finished:
+            skipped.append(f"{where}: its trace {trace_id} is not finished (no root span yet); a later import "
+                           f"takes it")
+            continue
+        if status == ERROR_STATUS:
+            skipped.append(f"{where}: the call failed (its span's status is ERROR)")
+            continue
+        try:
+            call, left_out = parse_span(attrs, str(trace_id), where)
+        except (ValueError, TypeError, KeyError, IndexError) as exc:
+            skipped.append(f"{where}: {str(exc)[:160]}")
+            continue
+        calls.append(call)
+        reasoning += left_out
+    return calls, skipped, reasoning
+
+
+def parse_span(attrs: dict[str, Any], episode: str, where: str) -> tuple[LogCall, int]:
+    given = attribute(attrs, "agentscope.function.input")
+    if not isinstance(given, dict):
+        raise ValueError("no agentscope.function.input (the messages the model was given)")
+    kwargs = given.get("kwargs") if isinstance(given.get("kwargs"), dict) else {}
+    args = given.get("args") if isinstance(given.get("args"), list) else []
+    messages = kwargs.get("messages", args[0] if args else None)
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("no messages in agentscope.function.input")
+    tools = kwargs.get("tools") or _nested_tools(attribute(attrs, "gen_ai.tool.definitions"))
+    if kwargs.get("tool_choice") == "none":
+        tools = None
+    output = attribute(attrs, "gen_ai.output.messages")
+    reply, reasoning = _reply(output)
+    return LogCall(episode, where, normalize_messages(messages), normalize_tools(tools),
+                   normalize_messages([reply])[0]), reasoning
+
+
+def _reply(output: Any) -> tuple[dict[str, Any], int]:
+    """The assistant message of `gen_ai.output.messages` in the chat shape, and its reasoning parts left out."""
+    if not isinstance(output, list) or not output or not isinstance(output[0], dict):
+        raise ValueError("no gen_ai.output.messages (the model's reply)")
+    texts, tool_calls, reasoning = [], [], 0
+    for part in output[0].get("parts") or []:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text":
+            texts.append(str(part.get("content", "")))
+        elif kind == "tool_call":
+            arguments = part.get("arguments", {})
+            tool_calls.append({"id": part.get("id"), "type": "function", "function": {
+                "name": part.get("name"),
+                "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)}})
+        elif kind == "reasoning":
+            reasoning += 1
+        else:
+            raise ValueError(f"the reply holds a part of type {kind!r}; astuner trains text models")
+    reply: dict[str, Any] = {"role": "assistant", "content": "\n".join(texts)}
+    if tool_calls:
+        reply["tool_calls"] = tool_calls
+    return reply, reasoning
+
+
+def _nested_tools(definitions: Any) -> Optional[list[dict[str, Any]]]:
+    """OpenTelemetry's flat tool definitions (`{"type", "name", "description", "parameters"}`) as OpenAI's."""
+    if not isinstance(definitions, list):
+        return None
+    return [{"type": "function", "function": {k: v for k, v in d.items() if k != "type"}}
+            for d in definitions if isinstance(d, dict)]
