@@ -4,6 +4,7 @@
     astuner traces check FILE --model MODEL                   # the re-render check of every episode
     astuner traces import LOG --store FILE --model MODEL       # OpenAI-format chat logs (JSON lines) or AgentScope
                                                               # Studio's database.sqlite, rendered and checked
+    astuner traces judge FILE --conf X.yaml [--judge PLUGIN]  # rewards from a config's judge, after the fact
 
 Exit codes as the other commands': 0, 2 a user error (one line), 1 internal."""
 
@@ -22,8 +23,8 @@ SHOWN = 20  # episodes named on the terminal (the --json report names them all)
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="astuner traces",
-                           description="List, check and import the traces of an agent in use (a trace store).")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{list,check,import}")
+                           description="List, check, import and judge the traces of an agent in use (a trace store).")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{list,check,import,judge}")
     listing = commands.add_parser("list", help="the store's episodes")
     listing.add_argument("store", metavar="FILE")
     check = commands.add_parser("check", help="the re-render check of every episode against MODEL's chat template")
@@ -39,10 +40,28 @@ def build_parser() -> argparse.ArgumentParser:
     imports.add_argument("--model", required=True, metavar="MODEL",
                          help="the model that will be trained: its chat template renders the log")
     imports.add_argument("--json", action="store_true", help="the whole report as JSON on stdout")
+    judge_arguments(commands.add_parser("judge", help="rewards for the store's episodes from a config's judge"))
     return parser
 
 
+def judge_arguments(judge: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    judge.add_argument("store", metavar="FILE")
+    judge.add_argument("--conf", required=True, metavar="PATH",
+                       help="the experiment YAML whose judge (astuner.task_judge) and auxiliary models score")
+    judge.add_argument("--judge", metavar="PLUGIN",
+                       help="this judge instead of the config's (module->Name or path.py->Name)")
+    judge.add_argument("--all", action="store_true",
+                       help="judge every episode (default: those without a reward; a user's verdict is kept)")
+    judge.add_argument("--concurrency", type=int, default=16, metavar="N", help="episodes judged at once (16)")
+    judge.add_argument("--json", action="store_true", help="the whole report as JSON on stdout")
+    judge.add_argument("overrides", nargs="*", metavar="OVERRIDE", help="Hydra-style config overrides")
+    return judge
+
+
 def main(argv: Sequence[str]) -> int:
+    if list(argv[:1]) == ["judge"]:  # overrides may follow the options: parsed intermixed, which subparsers cannot be
+        return run_command(judge_arguments(OneLineParser(prog="astuner traces judge")), _judge, argv[1:],
+                           intermixed=True)
     commands = {"list": _list, "check": _check, "import": _import}
     return run_command(build_parser(), lambda args: commands[args.command](args), argv)
 
@@ -120,6 +139,48 @@ def _import(args: argparse.Namespace) -> int:
     if len(out["skipped"]) > SHOWN:
         print(f"astuner: ... and {len(out['skipped']) - SHOWN} more skipped (--json lists them)", file=sys.stderr)
     _say(out["check"], args.json, out)
+    return 0
+
+
+def _judge(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from astuner.config import load_run_config
+    from astuner.errors import DataError, Found
+    from astuner.model.auxiliary import config_auxiliary_models
+    from astuner.plugins import resolve_plugins
+    from astuner.records.trace_store import TraceStore
+    from astuner.rollout.manager import build_judge
+    from astuner.traces.judging import judge_episodes
+
+    if args.concurrency < 1:
+        raise DataError(f"--concurrency must be at least 1, got {args.concurrency}")
+    reader = TraceStore.read(Path(args.store))  # a missing or foreign file is said before the config is read
+    overrides = list(args.overrides) + ([f"astuner.task_judge.judge_protocol={args.judge}"] if args.judge else [])
+    found = Found()
+    composed, config = found.attempt(load_run_config, args.conf, overrides, found)
+    plugins = resolve_plugins(config, found) if composed else None
+    found.raise_all()
+    if plugins.judge is None:
+        raise DataError(f"{args.conf}: no judge (astuner.task_judge.judge_protocol); name one, or pass --judge")
+    judge = build_judge(plugins.judge, config.astuner)
+    auxiliary = config_auxiliary_models(config.astuner, config.extra_roots)
+    writer = TraceStore.open_for_writing(Path(args.store))  # refused while `astuner serve` writes it
+    try:
+        report = asyncio.run(judge_episodes(judge, reader, writer, args.all, args.concurrency, auxiliary)).as_dict()
+    finally:
+        writer.close()
+    if args.json:
+        print(json.dumps(report, indent=1))
+    mean = "-" if report["mean_reward"] is None else f"{report['mean_reward']:.3f}"
+    kept = f"; {report['kept']} kept their reward (--all judges them too)" if report["kept"] else ""
+    failed = f"; {len(report['failed'])} failed" if report["failed"] else ""
+    print(f"astuner: judged {report['judged']} of {report['episodes']} episodes (mean reward {mean}){kept}{failed}",
+          file=sys.stderr)
+    for line in report["failed"][:SHOWN]:
+        print(f"astuner: not judged: {line}", file=sys.stderr)
+    if len(report["failed"]) > SHOWN:
+        print(f"astuner: ... and {len(report['failed']) - SHOWN} more (--json lists them)", file=sys.stderr)
     return 0
 
 

@@ -1,16 +1,18 @@
 """tutorial/example_traces as its README runs it, shortened (a random tiny model, 24 episodes, 3 steps): serve,
-the agent in use rated through the feedback API (play.py, the openai-SDK agent), traces list and check, training
-from the store with the tutorial's YAML, the evaluation before and after."""
+the agent in use rated through the feedback API (play.py, the openai-SDK agent), traces list, check and judge,
+training from the store with the tutorial's YAML, the evaluation before and after."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 
+from astuner.records.trace_store import TraceStore
 from tests.conftest import REPO_ROOT, run_cli
 
 TUTORIAL = REPO_ROOT / "tutorial" / "example_traces"
@@ -40,6 +42,17 @@ def test_the_tutorial_sequence_runs(tiny_model_dir, tmp_path, capsys):
     assert code == 0 and "24 episodes, 24 with a reward" in err
     code, out, err = run_cli(["traces", "check", str(store), "--model", str(tiny_model_dir), "--json"], capsys)
     assert code == 0 and json.loads(out)["episodes"] == 24
+    # the tutorial's judge of the conversation: it keeps the users' ratings; on a copy, --all judges every episode,
+    # and where it sees the tool's reading answered, the user (who knows the task's reading) rated 1 too
+    judge = ["--conf", str(TUTORIAL / "from_traces.yaml"), "--judge", f"{TUTORIAL / 'trace_judge.py'}->reading_copied"]
+    code, out, err = run_cli(["traces", "judge", str(store), *judge], capsys)
+    assert code == 0 and "judged 0 of 24 episodes (mean reward -); 24 kept their reward" in err, err
+    judged = tmp_path / "judged.db"
+    shutil.copy(store, judged)
+    code, out, err = run_cli(["traces", "judge", str(judged), *judge, "--all", "--json"], capsys)
+    assert code == 0 and json.loads(out)["judged"] == 24, err
+    rated = {e["id"]: e["reward"] for e in TraceStore.read(store).episodes()}
+    assert all(rated[e["id"]] == 1.0 for e in TraceStore.read(judged).episodes() if e["reward"] == 1.0)
 
     runs = tmp_path / "runs"
     code, out, err = run_cli(["--conf", str(TUTORIAL / "from_traces.yaml"), "--exp-dir", str(runs),

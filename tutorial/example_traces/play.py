@@ -4,6 +4,9 @@ episode), and each episode is rated through the feedback API (1 when its answer 
 as a user's verdict would be.
 
     python tutorial/example_traces/play.py --base-url http://127.0.0.1:8000/v1 --key KEY --episodes 400
+
+`--unrated` sends no feedback: the episodes are rated afterwards from their conversations (`astuner traces judge`
+with trace_judge.py).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from astuner.task_judge.math_answer import answers_match, extract_answer  # noqa
 TASKS = Path(__file__).resolve().parents[1] / "example_agent_cpu" / "train.jsonl"
 
 
-async def play(base_url: str, key: str, episodes: int, concurrency: int) -> float:
+async def play(base_url: str, key: str, episodes: int, concurrency: int, rate: bool = True) -> float:
     tasks = [json.loads(line) for line in TASKS.read_text().splitlines()]
     limit = asyncio.Semaphore(concurrency)
     rewards: list[float] = []
@@ -41,7 +44,8 @@ async def play(base_url: str, key: str, episodes: int, concurrency: int) -> floa
             found = extract_answer(answer)
             reward = float(found is not None and answers_match(found, str(task["answer"])))
             try:
-                await send_feedback_async(base_url, key, session, reward)
+                if rate:
+                    await send_feedback_async(base_url, key, session, reward)
             except FeedbackRefused as exc:  # an episode that failed before its first reply left no calls
                 print(f"{session}: {exc}", file=sys.stderr)
         rewards.append(reward)
@@ -56,9 +60,11 @@ def main() -> None:
     parser.add_argument("--key", required=True)
     parser.add_argument("--episodes", type=int, default=400)
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--unrated", action="store_true",
+                        help="send no feedback (the episodes are judged afterwards: astuner traces judge)")
     args = parser.parse_args()
-    rate = asyncio.run(play(args.base_url, args.key, args.episodes, args.concurrency))
-    print(f"{args.episodes} episodes played and rated: success {rate:.3f}")
+    rate = asyncio.run(play(args.base_url, args.key, args.episodes, args.concurrency, not args.unrated))
+    print(f"{args.episodes} episodes played{'' if args.unrated else ' and rated'}: success {rate:.3f}")
 
 
 if __name__ == "__main__":
