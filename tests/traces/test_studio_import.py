@@ -86,14 +86,18 @@ def test_each_reply_is_an_episode_of_its_model_calls(studio, layout, tiny_model_
 
 
 def test_both_layouts_give_the_same_calls(studio, tiny_model_dir, tmp_path, capsys):
+    bare = tmp_path / "bare.sqlite"  # a span_table without the operationName column: every span's attributes read
+    shutil.copy(studio["flat"], bare)
+    with sqlite3.connect(bare) as conn:
+        conn.execute("ALTER TABLE span_table DROP COLUMN operationName")
     calls = {}
-    for layout in ("nested", "flat"):
+    for layout, database in (("nested", studio["nested"]), ("flat", studio["flat"]), ("bare", bare)):
         store = tmp_path / f"{layout}.db"
-        assert imported(studio[layout], store, tiny_model_dir, capsys)[0] == 0
+        assert imported(database, store, tiny_model_dir, capsys)[0] == 0
         reader = TraceStore.read(store)
         calls[layout] = [(e["id"], [(c.messages, c.tools, c.prompt_ids, c.response_ids) for c in reader.calls(e["id"])])
                          for e in reader.episodes()]
-    assert calls["nested"] == calls["flat"] and len(calls["flat"]) == 2
+    assert calls["nested"] == calls["flat"] == calls["bare"] and len(calls["flat"]) == 2
 
 
 def test_imported_again_only_what_is_new(studio, tiny_model_dir, tmp_path, capsys):
