@@ -120,9 +120,11 @@ def parse_span(attrs: dict[str, Any], episode: str, where: str) -> tuple[LogCall
     messages = kwargs.get("messages", args[0] if args else None)
     if not isinstance(messages, list) or not messages:
         raise ValueError("no messages in agentscope.function.input")
+    if kwargs.get("structured_model"):
+        raise ValueError("a structured-output call: the chat model sent the structured model's schema as its tool "
+                         "instead of the tools traced, so its prompt cannot be rendered again")
+    # the tools the chat model was given (with tool_choice "none" too: they were in its prompt all the same)
     tools = kwargs.get("tools") or _nested_tools(attribute(attrs, "gen_ai.tool.definitions"))
-    if kwargs.get("tool_choice") == "none":
-        tools = None
     output = attribute(attrs, "gen_ai.output.messages")
     reply, reasoning = _reply(output)
     return LogCall(episode, where, normalize_messages(messages), normalize_tools(tools),

@@ -139,3 +139,28 @@ def test_a_file_that_is_no_studio_database(tiny_model_dir, tmp_path, capsys):
     assert code == 2 and "not a readable SQLite database" in err and not store.exists()
     code, report, err = imported(log, store, tiny_model_dir, capsys)  # auto: JSON lines
     assert code == 0 and report["episodes"] == 1, err
+
+
+def test_span_shapes_the_agent_above_did_not_produce():
+    from astuner.traces.studio import parse_span
+
+    given = {"args": [[{"role": "user", "content": [{"type": "text", "text": "hi"}]}]], "kwargs": {}}
+    reply = [{"role": "assistant", "parts": [{"type": "reasoning", "content": "hmm"}, {"type": "text", "content": "a"},
+                                              {"type": "tool_call", "id": "c9", "name": "read_sensor",
+                                               "arguments": {"id": 3}}]}]
+    flat_tool = {"type": "function", "name": "read_sensor", "parameters": {"type": "object", "properties": {}}}
+    attrs = {"agentscope.function.input": json.dumps(given), "gen_ai.output.messages": reply,
+             "gen_ai.tool.definitions": [flat_tool]}
+    call, reasoning = parse_span(attrs, "t", "span s")
+    assert reasoning == 1 and call.messages == [{"role": "user", "content": "hi"}]
+    assert call.reply == {"role": "assistant", "content": "a", "tool_calls": [
+        {"id": "c9", "type": "function", "function": {"name": "read_sensor", "arguments": {"id": 3}}}]}
+    assert call.tools == [{"type": "function", "function": {"name": "read_sensor",
+                                                            "parameters": {"type": "object", "properties": {}}}}]
+    with pytest.raises(ValueError, match="structured-output call"):
+        parse_span({**attrs, "agentscope.function.input": {**given, "kwargs": {"structured_model": "<class M>"}}},
+                   "t", "span s")
+    with pytest.raises(ValueError, match="part of type 'uri'"):
+        parse_span({**attrs, "gen_ai.output.messages": [{"parts": [{"type": "uri", "uri": "x"}]}]}, "t", "span s")
+    with pytest.raises(ValueError, match="no gen_ai.output.messages"):
+        parse_span({"agentscope.function.input": given}, "t", "span s")
