@@ -163,10 +163,10 @@ def _judge(args: argparse.Namespace) -> int:
     found.raise_all()
     if plugins.judge is None:
         raise DataError(f"{args.conf}: no judge (astuner.task_judge.judge_protocol); name one, or pass --judge")
-    judge = build_judge(plugins.judge, config.astuner)
-    auxiliary = config_auxiliary_models(config.astuner, config.extra_roots)
     writer = TraceStore.open_for_writing(Path(args.store))  # refused while `astuner serve` writes it
     try:
+        judge = build_judge(plugins.judge, config.astuner)
+        auxiliary = config_auxiliary_models(config.astuner, config.extra_roots)
         report = asyncio.run(judge_episodes(judge, reader, writer, args.all, args.concurrency, auxiliary)).as_dict()
     finally:
         writer.close()

@@ -5,8 +5,8 @@ Studio (`as_studio`) keeps what AgentScope's tracing sends it (OpenTelemetry spa
 `span_table` (its `SpanTable` entity): a row per span with `traceId`, `spanId`, `startTimeUnixNano` (nanoseconds as
 text), `statusCode` (OpenTelemetry's: 2 is an error) and `attributes` (JSON). Studio 1.0 stores the attributes
 nested (`{"gen_ai": {"operation": {"name": "chat"}}}`), later versions flat (`{"gen_ai.operation.name": "chat"}`);
-both are read. A model call is a span whose `gen_ai.operation.name` is `chat` (AgentScope's `trace_llm`; `chat_model`, which
-Studio counts as one too):
+both are read. A model call is a span whose `gen_ai.operation.name` is `chat` (AgentScope's `trace_llm`;
+`chat_model`, which Studio counts as one too):
 - its messages and tools: `agentscope.function.input` = `{"args": [messages], "kwargs": {"tools": [...]}}`, the
   formatter's output as the chat model received it (OpenAI's message shape for OpenAIChatFormatter);
 - its reply: `gen_ai.output.messages`, OpenTelemetry GenAI parts (`text`, `tool_call` with `id`, `name`,
@@ -14,8 +14,8 @@ Studio counts as one too):
 
 An episode is a trace: one top-level traced call (an agent's reply to a message), with every model call made
 inside it in the order they started; a trace whose root span is not stored yet (the agent is still replying) is
-left for a later import. Studio records no rewards: give them with `astuner traces judge` or
-the feedback API. The database is opened read-only; Studio may keep running."""
+left for a later import. Studio records no rewards: give them with `astuner traces judge`. The database is
+opened read-only; Studio may keep running."""
 
 from __future__ import annotations
 
