@@ -88,6 +88,22 @@ def _connect(path: Path, readonly: bool) -> sqlite3.Connection:
         raise DataError(f"trace store {path}: not a trace store, or not readable ({exc})") from None
 
 
+def _refuse_foreign(path: Path) -> None:
+    """A file that is some other program's SQLite database (tables, none of them `meta`) is not made a store."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    conn = _connect(path, readonly=True)
+    try:
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError as exc:
+        raise DataError(f"trace store {path}: not a trace store, or not readable ({exc})") from None
+    finally:
+        conn.close()
+    if tables and "meta" not in tables:
+        raise DataError(f"trace store {path}: another program's SQLite database (tables: "
+                        f"{', '.join(sorted(tables)[:6])}), not a trace store; name a new file")
+
+
 def _check_version(conn: sqlite3.Connection, path: Path) -> None:
     try:
         row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
@@ -126,11 +142,13 @@ class TraceStore:
             if pid.isdigit() and not _alive(int(pid)):
                 lock.unlink(missing_ok=True)  # its writer died without cleaning up
                 return cls.open_for_writing(path, model)
-            raise DataError(f"--store {path}: another process (pid {pid}) writes to it; one writer per store "
-                            f"(readers need no lock)") from None
+            raise DataError(f"trace store {path}: another process (pid {pid}) writes to it (an `astuner serve`?); "
+                            f"one writer per store: stop it first, or give a served store its rewards through "
+                            f"POST /v1/feedback (readers need no lock)") from None
         with os.fdopen(fd, "w") as fh:
             fh.write(str(os.getpid()))
         try:
+            _refuse_foreign(path)  # before anything is written to it (WAL journaling is a write)
             conn = _connect(path, readonly=False)
         except DataError:
             lock.unlink(missing_ok=True)
@@ -219,7 +237,7 @@ class TraceStore:
                         self._write_call(*item[1:])
                     else:
                         self._write_feedback(*item[1:])
-            except sqlite3.Error as exc:
+            except Exception as exc:  # noqa: BLE001 - a full disk, or a value that is no JSON: said by the next write
                 self.error = exc
 
     def _write_call(self, episode: str, seq: int, record: CallRecord, source: str, model: str, now: float) -> None:

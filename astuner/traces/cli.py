@@ -116,14 +116,21 @@ def _import(args: argparse.Namespace) -> int:
     if not log.is_file():
         raise DataError(f"{log}: no such file")
     studio = args.format == "studio" or (args.format == "auto" and is_sqlite(log))
-    if studio:  # read first: a file that is no Studio database is said before any store is made
-        calls, skipped, reasoning = read_studio(log)
+    # read first: a file that is no log, or holds no call, is said before any store is made
+    if studio:
+        read = read_studio(log)
+        calls, skipped, reasoning, entries = read.calls, read.skipped, read.reasoning, read.spans
     else:
-        (calls, skipped), reasoning = read_log(log), 0
+        (calls, skipped, entries), reasoning = read_log(log), 0
+    if not calls:
+        what = "model-call spans" if studio else "lines"
+        raise DataError(f"{log}: no model call to import ({entries} {what}"
+                        + (f"; the first skipped: {skipped[0]})" if skipped else ")"))
     tokenizer = _tokenizer(args.model)
     store = TraceStore.open_for_writing(Path(args.store))
     try:
-        report = import_calls(calls, skipped, store, tokenizer, "imported:studio" if studio else "imported:openai")
+        report = import_calls(calls, skipped, store, tokenizer, "imported:studio" if studio else "imported:openai",
+                              entries)
     finally:
         store.close()
     if reasoning:
@@ -144,10 +151,12 @@ def _import(args: argparse.Namespace) -> int:
 
 def _judge(args: argparse.Namespace) -> int:
     import asyncio
+    import contextlib
 
     from astuner.config import load_run_config
     from astuner.errors import DataError, Found
     from astuner.model.auxiliary import config_auxiliary_models
+    from astuner.model.chat.tool_parser import ALIASES, resolve_reasoning
     from astuner.plugins import resolve_plugins
     from astuner.records.trace_store import TraceStore
     from astuner.rollout.manager import build_judge
@@ -156,7 +165,8 @@ def _judge(args: argparse.Namespace) -> int:
     if args.concurrency < 1:
         raise DataError(f"--concurrency must be at least 1, got {args.concurrency}")
     reader = TraceStore.read(Path(args.store))  # a missing or foreign file is said before the config is read
-    overrides = list(args.overrides) + ([f"astuner.task_judge.judge_protocol={args.judge}"] if args.judge else [])
+    overrides = list(args.overrides) + ([f"astuner.task_judge.judge_protocol={args.judge}"]
+                                        if args.judge is not None else [])
     found = Found()
     composed, config = found.attempt(load_run_config, args.conf, overrides, found)
     plugins = resolve_plugins(config, found) if composed else None
@@ -167,7 +177,12 @@ def _judge(args: argparse.Namespace) -> int:
     try:
         judge = build_judge(plugins.judge, config.astuner)
         auxiliary = config_auxiliary_models(config.astuner, config.extra_roots)
-        report = asyncio.run(judge_episodes(judge, reader, writer, args.all, args.concurrency, auxiliary)).as_dict()
+        rollout = config.astuner.rollout
+        reply_format = (ALIASES.get(rollout.tool_call_parser, rollout.tool_call_parser),
+                        resolve_reasoning(rollout.reasoning_parser))
+        with contextlib.redirect_stdout(sys.stderr):  # what a judge prints stays out of the --json report
+            report = asyncio.run(judge_episodes(judge, reader, writer, args.all, args.concurrency, auxiliary,
+                                                reply_format)).as_dict()
     finally:
         writer.close()
     if args.json:

@@ -53,20 +53,49 @@ class ImportReport:
                 "skipped": self.skipped, "notes": self.notes, "check": summary(self.checks)}
 
 
-def read_log(path: Path) -> tuple[list[LogCall], list[str]]:
-    """The log's calls, and 'line N: why' for each line that is none (not JSON, no messages, no reply)."""
+def read_log(path: Path) -> tuple[list[LogCall], list[str], int]:
+    """The log's calls, 'line N: why' for each line that is none (not JSON, no messages, no reply), and the number
+    of lines read."""
     if not path.is_file():
         raise DataError(f"{path}: no such file")
-    calls, skipped = [], []
+    calls, skipped, broken, lines = [], [], set(), 0
     with open(path, encoding="utf-8") as fh:
-        for n, text in enumerate(fh, start=1):
-            if not text.strip():
-                continue
-            try:
-                calls.append(parse_line(json.loads(text), n))
-            except (ValueError, TypeError, KeyError, IndexError) as exc:
-                skipped.append(f"line {n}: {str(exc)[:160]}")
-    return calls, skipped
+        try:
+            for n, text in enumerate(fh, start=1):
+                if not text.strip():
+                    continue
+                lines += 1
+                row = None
+                try:
+                    row = json.loads(text)
+                    calls.append(parse_line(row, n))
+                except (ValueError, TypeError, KeyError, IndexError) as exc:
+                    skipped.append(f"line {n}: {str(exc)[:160]}")
+                    if isinstance(row, dict) and (row.get("session_id") or row.get("episode")):
+                        broken.add(str(row.get("session_id") or row.get("episode")))
+        except UnicodeDecodeError:
+            raise DataError(f"{path}: not a text file (a chat log is JSON lines in UTF-8; a SQLite file is read as "
+                            f"AgentScope Studio's database with --format studio or auto)") from None
+    return (*drop_broken(calls, skipped, broken), lines)
+
+
+def drop_broken(calls: list[LogCall], skipped: list[str], broken: set[str]) -> tuple[list[LogCall], list[str]]:
+    """An episode is imported whole or not at all: one stored without a call could not be completed later (a
+    second import skips an episode the store has)."""
+    for episode in sorted(broken):
+        dropped = [c for c in calls if c.episode == episode]
+        if dropped:
+            skipped.append(f"{dropped[0].where}: episode {episode!r} left out whole ({len(dropped)} other calls): a "
+                           f"call of it is skipped above")
+    return [c for c in calls if c.episode not in broken], skipped
+
+
+def reply_message(reply: dict[str, Any]) -> dict[str, Any]:
+    """The model's reply as a template-ready assistant message (ValueError naming it as the reply)."""
+    try:
+        return normalize_messages([{**reply, "role": "assistant"}])[0]
+    except ValueError as exc:
+        raise ValueError(f"the reply: {str(exc).removeprefix('message 0: ')}") from None
 
 
 def parse_line(row: Any, n: int) -> LogCall:
@@ -91,7 +120,7 @@ def parse_line(row: Any, n: int) -> LogCall:
     if reward is not None and (isinstance(reward, bool) or not isinstance(reward, (int, float))):
         raise ValueError(f"reward {reward!r} is not a number")
     return LogCall(str(episode), f"line {n}", normalize_messages(messages), normalize_tools(tools),
-                   normalize_messages([{**reply, "role": "assistant"}])[0], reward)
+                   reply_message(reply), reward)
 
 
 def as_record(call: LogCall, tokenizer: Any, stops: set[int]) -> tuple[CallRecord, bool]:
@@ -115,13 +144,13 @@ def as_record(call: LogCall, tokenizer: Any, stops: set[int]) -> tuple[CallRecor
     return record, suffix.startswith(said)
 
 
-def import_calls(calls: list[LogCall], skipped: list[str], store: TraceStore, tokenizer: Any,
-                 source: str) -> ImportReport:
+def import_calls(calls: list[LogCall], skipped: list[str], store: TraceStore, tokenizer: Any, source: str,
+                 entries: Optional[int] = None) -> ImportReport:
     """`calls` grouped into episodes, rendered, checked and stored; an episode the store has already is skipped
-    (a log imported again adds only what is new)."""
+    (a log imported again adds only what is new). `entries`: what the log held (default: calls and skipped)."""
     from astuner.model.engines.hf import stop_token_ids_of
 
-    report = ImportReport(lines=len(calls) + len(skipped), skipped=list(skipped))
+    report = ImportReport(lines=len(calls) + len(skipped) if entries is None else entries, skipped=list(skipped))
     stops = set(stop_token_ids_of(tokenizer))
     episodes: dict[str, list[LogCall]] = {}
     for call in calls:

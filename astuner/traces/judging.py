@@ -3,9 +3,11 @@
 A stored episode has no dataset row and no workflow output, so the judge gets them built from its calls:
 - the task (`workflow_task.task`; a judge function's `task`): `task_id` the episode's id, `main_query` its first
   user message, and the fields `episode`, `source` (`served`, `imported:...`) and `messages`: the conversation,
-  the last call's messages and its reply as an assistant message;
-- the output: `response` the last reply's text, `metadata` `{"final_answer": that text, "messages": the
-  conversation}` (what the built-in answer judges read).
+  the last call's messages and its reply as an assistant message (split as the gateway splits a reply: its text,
+  `tool_calls`, and its thinking apart as `reasoning_content`; the config's `rollout.tool_call_parser` and
+  `reasoning_parser`);
+- the output: `response` the last reply's text (no thinking, no tool calls), `metadata` `{"final_answer": that
+  text, "messages": the conversation}` (what the built-in answer judges read).
 A judge that needs more than the conversation holds (a dataset's ground truth) fails on every episode and is said
 in one line. The reward becomes the episode's (a feedback row `{"from": "judge", ...}`); by default only episodes
 without one are judged: a user's verdict is not overwritten unless `--all` asks."""
@@ -13,10 +15,13 @@ without one are judged: a user's verdict is not overwritten unless `--all` asks.
 from __future__ import annotations
 
 import asyncio
+import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from astuner.errors import DataError
+from astuner.model.chat.tool_parser import detect_format, parse_reply
 from astuner.records.trace_store import TraceStore
 from astuner.schema import WorkflowOutput, WorkflowTask
 from astuner.schema.calls import CallRecord
@@ -39,22 +44,37 @@ class JudgeReport:
                 "mean_reward": mean}
 
 
-def conversation(calls: list[CallRecord]) -> list[dict[str, Any]]:
-    last = calls[-1]
-    return [*last.messages, {"role": "assistant", "content": last.response_text}]
+def final_reply(record: CallRecord, reply_format: tuple[str, str]) -> dict[str, Any]:
+    """The last reply as an assistant message, split as the gateway splits a reply: its text, its tool calls
+    (OpenAI's shape) and its thinking (`reasoning_content`) apart. `reply_format`: (tool-call format, reasoning
+    parser); a format of "auto" is the one the call's rendered prompt shows (its tools' instructions)."""
+    fmt, reasoning = reply_format
+    parsed = parse_reply(record.response_text, fmt=detect_format(record.prompt_text) if fmt == "auto" else fmt,
+                         reasoning=reasoning)
+    message: dict[str, Any] = {"role": "assistant", "content": parsed.text}
+    if parsed.tool_calls:
+        message["tool_calls"] = [{"id": f"call_{i}", "type": "function", "function": {
+            "name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)}}
+            for i, call in enumerate(parsed.tool_calls)]
+    if parsed.thinking:
+        message["reasoning_content"] = parsed.thinking
+    return message
 
 
-def episode_as_task(episode: dict[str, Any], calls: list[CallRecord]) -> tuple[WorkflowTask, WorkflowOutput]:
-    messages = conversation(calls)
+def episode_as_task(episode: dict[str, Any], calls: list[CallRecord],
+                    reply_format: tuple[str, str] = ("auto", "auto")) -> tuple[WorkflowTask, WorkflowOutput]:
+    reply = final_reply(calls[-1], reply_format)
+    messages = [*calls[-1].messages, reply]
     query = next((m["content"] for m in messages if m.get("role") == "user"), None)
     task = Task(task_id=episode["id"], main_query=query,
                 metadata={"episode": episode["id"], "source": episode["source"], "messages": messages})
-    final = calls[-1].response_text
-    return WorkflowTask(task), WorkflowOutput(response=final, metadata={"final_answer": final, "messages": messages})
+    return WorkflowTask(task), WorkflowOutput(response=reply["content"],
+                                              metadata={"final_answer": reply["content"], "messages": messages})
 
 
 async def judge_episodes(judge: Any, store: TraceStore, writer: TraceStore, rejudge: bool, concurrency: int,
-                         auxiliary: Optional[dict[str, Any]] = None) -> JudgeReport:
+                         auxiliary: Optional[dict[str, Any]] = None,
+                         reply_format: tuple[str, str] = ("auto", "auto")) -> JudgeReport:
     """Judge `store`'s episodes (those without a reward, or all) `concurrency` at a time; each reward is written
     through `writer` (the same file, opened for writing) as it comes."""
     episodes = store.episodes()
@@ -67,15 +87,16 @@ async def judge_episodes(judge: Any, store: TraceStore, writer: TraceStore, reju
     async def one(episode: dict[str, Any]) -> None:
         async with limit:
             try:
-                workflow_task, output = episode_as_task(episode, store.calls(episode["id"]))
+                workflow_task, output = episode_as_task(episode, store.calls(episode["id"]), reply_format)
                 workflow_task.auxiliary_models = dict(auxiliary or {})
                 reward, success, metrics = await judge_episode(judge, workflow_task, output, auxiliary)
+                metrics = {str(k): _metric(k, v) for k, v in metrics.items()}
             except Exception as exc:  # noqa: BLE001 - an episode the judge cannot score is named, not fatal
                 report.failed.append(f"{episode['id']}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
                                      if str(exc) else f"{episode['id']}: {type(exc).__name__}")
                 return
         overall = overall_reward(reward)
-        metadata: dict[str, Any] = {"from": "judge", "judge": name, "is_success": success, "metrics": metrics}
+        metadata: dict[str, Any] = {"from": "judge", "judge": name, "is_success": bool(success), "metrics": metrics}
         if isinstance(reward, dict):
             metadata["rewards"] = reward
         writer.add_feedback(episode["id"], overall, metadata)
@@ -90,3 +111,16 @@ async def judge_episodes(judge: Any, store: TraceStore, writer: TraceStore, reju
                         f"(a judge of stored episodes sees the conversation: task['messages'], "
                         f"workflow_output.metadata['final_answer'], not a dataset row)")
     return report
+
+
+def _metric(name: Any, value: Any) -> float:
+    """A judge's metric as the number the store keeps (numpy scalars, 0-d tensors and booleans included)."""
+    if isinstance(value, (str, bytes)):
+        raise ValueError(f"the judge's metric {name!r} is {value!r}, not a number")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"the judge's metric {name!r} is {value!r}, not a number") from None
+    if not math.isfinite(number):
+        raise ValueError(f"the judge's metric {name!r} is {number}, not a finite number")
+    return number

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from astuner.errors import DataError
 from astuner.model.chat.messages import normalize_messages, normalize_tools
-from astuner.traces.importer import LogCall
+from astuner.traces.importer import LogCall, drop_broken, reply_message
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 ERROR_STATUS = 2  # OpenTelemetry's StatusCode.ERROR
@@ -63,8 +64,15 @@ def attribute(attrs: dict[str, Any], key: str) -> Any:
     return value
 
 
-def read_studio(path: Path) -> tuple[list[LogCall], list[str], int]:
-    """(the model calls, 'span ID: why' for each chat span that is none, the reasoning parts left out)."""
+@dataclass
+class StudioLog:
+    calls: list[LogCall]
+    skipped: list[str]  # 'span ID: why' for each model-call span not imported
+    reasoning: int  # the reasoning parts left out of the replies imported
+    spans: int  # the model-call spans read
+
+
+def read_studio(path: Path) -> StudioLog:
     try:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -85,30 +93,38 @@ def read_studio(path: Path) -> tuple[list[LogCall], list[str], int]:
         raise DataError(f"{path}: AgentScope Studio's span_table could not be read ({exc})") from None
     finally:
         conn.close()
-    calls, skipped, reasoning = [], [], 0
+    calls, skipped, reasoning, spans, broken = [], [], 0, 0, set()
     for trace_id, span_id, status, text in rows:
-        try:
-            attrs = json.loads(text) if isinstance(text, str) else {}
-        except json.JSONDecodeError:
-            attrs = {}
-        if not isinstance(attrs, dict) or attribute(attrs, "gen_ai.operation.name") not in CHAT:
-            continue  # an agent's, a tool's or a formatter's span: its model calls are spans of their own
         where = f"span {span_id}"
+        try:
+            attrs = json.loads(text) if isinstance(text, str) else None
+        except json.JSONDecodeError:
+            attrs = None
+        if not isinstance(attrs, dict):
+            if only_chat:  # its operationName column says it is a model call
+                spans += 1
+                skipped.append(f"{where}: its attributes are no JSON object")
+                broken.add(trace_id)
+            continue
+        if attribute(attrs, "gen_ai.operation.name") not in CHAT:
+            continue  # an agent's, a tool's or a formatter's span: its model calls are spans of their own
+        spans += 1
         if trace_id not in finished:
             skipped.append(f"{where}: its trace {trace_id} is not finished (no root span yet); a later import "
                            f"takes it")
             continue
-        if status == ERROR_STATUS:
-            skipped.append(f"{where}: the call failed (its span's status is ERROR)")
-            continue
         try:
+            if status == ERROR_STATUS:
+                raise ValueError("the call failed (its span's status is ERROR)")
             call, left_out = parse_span(attrs, str(trace_id), where)
         except (ValueError, TypeError, KeyError, IndexError) as exc:
             skipped.append(f"{where}: {str(exc)[:160]}")
+            broken.add(trace_id)
             continue
         calls.append(call)
         reasoning += left_out
-    return calls, skipped, reasoning
+    calls, skipped = drop_broken(calls, skipped, {str(t) for t in broken})
+    return StudioLog(calls, skipped, reasoning, spans)
 
 
 def parse_span(attrs: dict[str, Any], episode: str, where: str) -> tuple[LogCall, int]:
@@ -127,8 +143,8 @@ def parse_span(attrs: dict[str, Any], episode: str, where: str) -> tuple[LogCall
     tools = kwargs.get("tools") or _nested_tools(attribute(attrs, "gen_ai.tool.definitions"))
     output = attribute(attrs, "gen_ai.output.messages")
     reply, reasoning = _reply(output)
-    return LogCall(episode, where, normalize_messages(messages), normalize_tools(tools),
-                   normalize_messages([reply])[0]), reasoning
+    call = LogCall(episode, where, normalize_messages(messages), normalize_tools(tools), reply_message(reply))
+    return call, reasoning
 
 
 def _reply(output: Any) -> tuple[dict[str, Any], int]:
@@ -147,6 +163,8 @@ def _reply(output: Any) -> tuple[dict[str, Any], int]:
                 "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)}})
         elif kind == "reasoning":
             reasoning += 1
+        elif kind is None:
+            raise ValueError(f"the reply's part {str(part)[:60]} is no object with a 'type'")
         else:
             raise ValueError(f"the reply holds a part of type {kind!r}; astuner trains text models")
     reply: dict[str, Any] = {"role": "assistant", "content": "\n".join(texts)}

@@ -67,3 +67,13 @@ def test_one_writer_a_stale_lock_and_files_that_are_no_store(tmp_path):
         TraceStore.read(tmp_path / "missing.db")
     with pytest.raises(DataError, match="does not exist"):
         TraceStore.open_for_writing(tmp_path / "no" / "t.db")
+
+
+def test_a_write_that_fails_is_said_at_the_next_not_a_hung_flush(tmp_path):
+    store = TraceStore.open_for_writing(tmp_path / "t.db")
+    store.add_call("e1", record(0))
+    store.add_feedback("e1", 1.0, {"metric": object()})  # no JSON: the writer thread must survive to say so
+    with pytest.raises(DataError, match="a write failed"):
+        store.flush(timeout_s=60)
+    store.close()
+    assert TraceStore.read(tmp_path / "t.db").episodes()[0]["reward"] is None  # the failed feedback not half-written

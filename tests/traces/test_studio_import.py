@@ -164,3 +164,18 @@ def test_span_shapes_the_agent_above_did_not_produce():
         parse_span({**attrs, "gen_ai.output.messages": [{"parts": [{"type": "uri", "uri": "x"}]}]}, "t", "span s")
     with pytest.raises(ValueError, match="no gen_ai.output.messages"):
         parse_span({"agentscope.function.input": given}, "t", "span s")
+
+
+def test_a_trace_with_a_call_it_cannot_read_is_left_out_whole(studio, tiny_model_dir, tmp_path, capsys):
+    database = tmp_path / "database.sqlite"
+    shutil.copy(studio["nested"], database)
+    with sqlite3.connect(database) as conn:
+        span, trace = conn.execute("SELECT spanId, traceId FROM span_table WHERE operationName = 'chat' AND "
+                                   "statusCode = 1 ORDER BY CAST(startTimeUnixNano AS INTEGER) LIMIT 1").fetchone()
+        conn.execute("UPDATE span_table SET attributes = '{not json' WHERE spanId = ?", (span,))
+    code, report, err = imported(database, tmp_path / "traces.db", tiny_model_dir, capsys)
+    assert code == 0, err
+    assert (report["lines"], report["episodes"], report["calls"]) == (5, 1, 2)
+    assert f"span {span}: its attributes are no JSON object" in report["skipped"]
+    assert any(f"episode {trace!r} left out whole (1 other calls)" in s for s in report["skipped"])
+    assert trace not in [e["id"] for e in TraceStore.read(tmp_path / "traces.db").episodes()]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import sqlite3
 
 
 from astuner.records.trace_store import TraceStore
@@ -115,10 +116,22 @@ def test_check_names_a_served_episode_whose_history_the_template_renders_otherwi
 
 
 def test_traces_errors_are_one_line(tiny_model_dir, tmp_path, capsys):
-    write_log(tmp_path / "log.jsonl", [])
+    write_log(tmp_path / "log.jsonl", [{"messages": ASK + [{"role": "assistant", "content": "4"}]}])
+    write_log(tmp_path / "empty.jsonl", ["{not json"])
+    with sqlite3.connect(tmp_path / "other.sqlite") as conn:  # another program's database
+        conn.execute("CREATE TABLE span_table (id TEXT)")
+        conn.execute("CREATE TABLE users (id TEXT)")
     lock = TraceStore.open_for_writing(tmp_path / "busy.db")
     try:
         cases = {
+            "no model call to import (1 lines; the first skipped: line 1:": [
+                "import", str(tmp_path / "empty.jsonl"), "--store", str(tmp_path / "t.db"), "--model",
+                str(tiny_model_dir)],
+            "another program's SQLite database (tables: span_table, users)": [
+                "import", str(tmp_path / "log.jsonl"), "--store", str(tmp_path / "other.sqlite"), "--model",
+                str(tiny_model_dir)],
+            "not a text file": ["import", str(tmp_path / "other.sqlite"), "--format", "openai", "--store",
+                                str(tmp_path / "t.db"), "--model", str(tiny_model_dir)],
             "no such file": ["import", str(tmp_path / "missing.jsonl"), "--store", str(tmp_path / "t.db"), "--model",
                              str(tiny_model_dir)],
             "name a model folder": ["import", str(tmp_path / "log.jsonl"), "--store", str(tmp_path / "t.db"),
@@ -133,4 +146,26 @@ def test_traces_errors_are_one_line(tiny_model_dir, tmp_path, capsys):
             assert code == 2 and len(lines) == 1 and needle in lines[0], (needle, err[-800:])
     finally:
         lock.close()
+    assert not (tmp_path / "t.db").exists()  # nothing refused left a store behind
+    with sqlite3.connect(tmp_path / "other.sqlite") as conn:  # nor wrote into another program's database
+        assert {r[0] for r in conn.execute("SELECT name FROM sqlite_master")} == {"span_table", "users"}
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
     asyncio.run(asyncio.sleep(0))
+
+
+def test_an_episode_with_a_line_it_cannot_read_is_left_out_whole(tiny_model_dir, tmp_path, capsys):
+    log = write_log(tmp_path / "log.jsonl", [
+        {"session_id": "t1", "messages": ASK + [CALL]},
+        {"session_id": "t1", "messages": ASK + [CALL, RESULT, {"role": "assistant", "content": "497"}]},
+        {"session_id": "t1", "messages": ASK + [CALL, RESULT, {"role": "assistant", "content": "497"}],
+         "reward": "good"},  # no number: the line is skipped, and its episode with it
+        {"session_id": "t2", "messages": ASK + [{"role": "assistant", "content": "497"}]},
+    ])
+    code, out, err = run_cli(["traces", "import", str(log), "--store", str(tmp_path / "t.db"), "--model",
+                              str(tiny_model_dir), "--json"], capsys)
+    assert code == 0, err
+    report = json.loads(out)
+    assert (report["lines"], report["episodes"], report["calls"]) == (4, 1, 1)  # lines read, not skips said
+    assert report["skipped"] == ["line 3: reward 'good' is not a number",
+                                 "line 1: episode 't1' left out whole (2 other calls): a call of it is skipped above"]
+    assert [e["id"] for e in TraceStore.read(tmp_path / "t.db").episodes()] == ["t2"]

@@ -33,7 +33,9 @@ def store(tiny_model_dir, tmp_path, capsys, monkeypatch):
     log = tmp_path / "log.jsonl"
     rows = (episode("right", "497", "It reads \\boxed{497}.") + episode("wrong", "497", "\\boxed{479}")
             + episode("rated", "613", "\\boxed{613}", reward=0.0)  # a user's verdict, kept unless --all
-            + [{"session_id": "no-tool", "messages": [ASK, {"role": "assistant", "content": "\\boxed{497}"}]}])
+            + [{"session_id": "no-tool", "messages": [ASK, {"role": "assistant", "content": "\\boxed{497}"}]}]
+            # thinking before the answer: the judge reads the answer, not a guess in the thinking
+            + episode("thinking", "251", "<think>maybe \\boxed{215}</think>251"))
     log.write_text("".join(json.dumps(r) + "\n" for r in rows))
     path = tmp_path / "traces.db"
     code, _, err = run_cli(["traces", "import", str(log), "--store", str(path), "--model", str(tiny_model_dir)],
@@ -49,36 +51,44 @@ def rewards(path) -> dict:
 def test_judges_unrewarded_episodes_from_their_conversation(store, capsys):
     code, out, err = run_cli(["traces", "judge", str(store), "--conf", CONF, "--judge", JUDGE, "--json"], capsys)
     assert code == 0, err
-    assert json.loads(out) == {"episodes": 4, "judged": 3, "kept": 1, "failed": [], "mean_reward": 1 / 3}
-    assert "judged 3 of 4 episodes (mean reward 0.333); 1 kept their reward (--all judges them too)" in err
+    assert json.loads(out) == {"episodes": 5, "judged": 4, "kept": 1, "failed": [], "mean_reward": 0.5}
+    assert "judged 4 of 5 episodes (mean reward 0.500); 1 kept their reward (--all judges them too)" in err
     assert rewards(store) == {"right": (1.0, "judge"), "wrong": (0.0, "judge"), "rated": (0.0, "log"),
-                              "no-tool": (0.0, "judge")}
+                              "no-tool": (0.0, "judge"), "thinking": (1.0, "judge")}
     feedback = next(e["feedback"] for e in TraceStore.read(store).episodes() if e["id"] == "right")
     assert feedback == {"from": "judge", "judge": "reading_copied", "is_success": True, "metrics": {}}
 
     code, _, err = run_cli(["traces", "judge", str(store), "--conf", CONF, "--judge", JUDGE, "--all"], capsys)
-    assert code == 0 and "judged 4 of 4 episodes" in err
+    assert code == 0 and "judged 5 of 5 episodes" in err
     assert rewards(store)["rated"] == (1.0, "judge")  # --all: the user's 0 replaced by the judge's verdict
 
 
 def test_a_judge_that_fails_on_some_or_all(store, tmp_path, capsys):
     picky = tmp_path / "picky.py"
-    picky.write_text("async def picky(task, response, auxiliary_models=None):\n"
+    picky.write_text("import numpy\n"
+                     "from astuner import JudgeOutput\n"
+                     "async def picky(task, response, auxiliary_models=None):\n"
+                     "    print('judging', task['task_id'])  # a judge's own output stays off the --json report\n"
                      "    if task['task_id'] == 'wrong':\n"
                      "        raise ValueError('cannot tell')\n"
-                     "    return 0.5\n")
+                     "    if task['task_id'] == 'thinking':\n"
+                     "        return JudgeOutput(reward=1.0, metrics={'note': 'text'})\n"
+                     "    return JudgeOutput(reward=0.5, metrics={'length': numpy.float32(len(response))})\n")
     code, out, err = run_cli(["traces", "judge", str(store), "--conf", CONF, "--judge", f"{picky}->picky", "--json"],
                              capsys)
     assert code == 0, err
-    assert json.loads(out)["failed"] == ["wrong: ValueError: cannot tell"]
-    assert "not judged: wrong: ValueError: cannot tell" in err
+    assert json.loads(out)["failed"] == ["thinking: ValueError: the judge's metric 'note' is 'text', not a number",
+                                         "wrong: ValueError: cannot tell"]
+    assert "not judged: wrong: ValueError: cannot tell" in err and "judging right" in err
     assert rewards(store) == {"right": (0.5, "judge"), "wrong": (None, None), "rated": (0.0, "log"),
-                              "no-tool": (0.5, "judge")}
+                              "no-tool": (0.5, "judge"), "thinking": (None, None)}
+    feedback = next(e["feedback"] for e in TraceStore.read(store).episodes() if e["id"] == "right")
+    assert feedback["metrics"] == {"length": float(len("It reads \\boxed{497}."))}
 
     # the config's own judge wants a dataset's ground truth, which a stored episode has not: one line, nothing written
     code, _, err = run_cli(["traces", "judge", str(store), "--conf", CONF, "--all"], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1
-    assert "the judge scored none of the 4 episodes" in err and "has no ground truth" in err
+    assert "the judge scored none of the 5 episodes" in err and "has no ground truth" in err
     assert rewards(store)["wrong"] == (None, None) and rewards(store)["right"] == (0.5, "judge")
 
 
