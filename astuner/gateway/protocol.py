@@ -182,9 +182,14 @@ def completion_id() -> str:
 
 
 def tool_calls_of(done: Any) -> list[dict[str, Any]]:
+    return openai_tool_calls(done.parsed.tool_calls, done.call_ids)
+
+
+def openai_tool_calls(calls: list[Any], ids: list[str]) -> list[dict[str, Any]]:
+    """Parsed tool calls (tool_parser.ParsedCall) in OpenAI's message shape, arguments as JSON text."""
     return [{"id": call_id, "type": "function",
              "function": {"name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)}}
-            for call_id, call in zip(done.call_ids, done.parsed.tool_calls)]
+            for call_id, call in zip(ids, calls)]
 
 
 def first_tool_call_only(done: Any) -> Any:

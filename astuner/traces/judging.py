@@ -15,14 +15,14 @@ without one are judged: a user's verdict is not overwritten unless `--all` asks.
 from __future__ import annotations
 
 import asyncio
-import json
-import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from astuner.errors import DataError
+from astuner.gateway.protocol import openai_tool_calls
 from astuner.model.chat.tool_parser import detect_format, parse_reply
 from astuner.records.trace_store import TraceStore
+from astuner.rollout.manager import split_metrics
 from astuner.schema import WorkflowOutput, WorkflowTask
 from astuner.schema.calls import CallRecord
 from astuner.schema.task import Task
@@ -53,9 +53,8 @@ def final_reply(record: CallRecord, reply_format: tuple[str, str]) -> dict[str, 
                          reasoning=reasoning)
     message: dict[str, Any] = {"role": "assistant", "content": parsed.text}
     if parsed.tool_calls:
-        message["tool_calls"] = [{"id": f"call_{i}", "type": "function", "function": {
-            "name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)}}
-            for i, call in enumerate(parsed.tool_calls)]
+        ids = [f"call_{i}" for i in range(len(parsed.tool_calls))]
+        message["tool_calls"] = openai_tool_calls(parsed.tool_calls, ids)
     if parsed.thinking:
         message["reasoning_content"] = parsed.thinking
     return message
@@ -90,13 +89,15 @@ async def judge_episodes(judge: Any, store: TraceStore, writer: TraceStore, reju
                 workflow_task, output = episode_as_task(episode, store.calls(episode["id"]), reply_format)
                 workflow_task.auxiliary_models = dict(auxiliary or {})
                 reward, success, metrics = await judge_episode(judge, workflow_task, output, auxiliary)
-                metrics = {str(k): _metric(k, v) for k, v in metrics.items()}
             except Exception as exc:  # noqa: BLE001 - an episode the judge cannot score is named, not fatal
                 report.failed.append(f"{episode['id']}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
                                      if str(exc) else f"{episode['id']}: {type(exc).__name__}")
                 return
         overall = overall_reward(reward)
-        metadata: dict[str, Any] = {"from": "judge", "judge": name, "is_success": bool(success), "metrics": metrics}
+        numbers, texts = split_metrics(metrics)  # as a training run's judge metrics: numbers, else kept as text
+        metadata: dict[str, Any] = {"from": "judge", "judge": name, "is_success": bool(success), "metrics": numbers}
+        if texts:
+            metadata["text_metrics"] = texts
         if isinstance(reward, dict):
             metadata["rewards"] = reward
         writer.add_feedback(episode["id"], overall, metadata)
@@ -112,15 +113,3 @@ async def judge_episodes(judge: Any, store: TraceStore, writer: TraceStore, reju
                         f"workflow_output.metadata['final_answer'], not a dataset row)")
     return report
 
-
-def _metric(name: Any, value: Any) -> float:
-    """A judge's metric as the number the store keeps (numpy scalars, 0-d tensors and booleans included)."""
-    if isinstance(value, (str, bytes)):
-        raise ValueError(f"the judge's metric {name!r} is {value!r}, not a number")
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"the judge's metric {name!r} is {value!r}, not a number") from None
-    if not math.isfinite(number):
-        raise ValueError(f"the judge's metric {name!r} is {number}, not a finite number")
-    return number

@@ -47,14 +47,10 @@ def attribute(attrs: dict[str, Any], key: str) -> Any:
     if key in attrs:
         value = attrs[key]
     else:
-        value, parts = attrs, key.split(".")
-        for i, part in enumerate(parts):
+        value = attrs
+        for part in key.split("."):
             if not isinstance(value, dict):
                 return None
-            rest = ".".join(parts[i:])
-            if rest in value and i:  # nested down to here, flat below (a partly flattened row)
-                value = value[rest]
-                break
             value = value.get(part)
     if isinstance(value, str) and value[:1] in "[{":
         try:
