@@ -465,6 +465,8 @@ def tune(*, workflow_func: Callable, judge_func: Optional[Callable] = None,
                     + (f"; taken as the {backbone} backbone's own weight sync (it trains and rolls out in step): "
                        f"{', '.join(translation.accepted)}" if translation.accepted else "")
                     + (f"; {unread}" if unread else ""))
+        for warning in translation.warnings:
+            logger.warning(warning)
 
     from astuner.run import RunRequest, execute
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
+from astuner.config.notes import shown
 from astuner.cli_args import OneLineParser, run_command, say_error
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USER, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -131,7 +132,7 @@ def _run(args: argparse.Namespace) -> int:
         found.raise_all()
         sys.stdout.write(text or "")
         for note in notes:
-            print(f"astuner: {note}", file=sys.stderr)
+            print(f"astuner: {shown(note)}", file=sys.stderr)
         missing = _missing_backbone(backbone)
         judge = run_config.astuner.task_judge.judge_protocol or "none (the workflow returns rewards)"
         print(f"astuner: config OK (dry run, nothing started): backbone={args.backbone}, "

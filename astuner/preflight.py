@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from astuner.config.notes import WarningNote
+from astuner.config.sync_schedule import idle_keys
 from astuner.errors import DataError, Found, RunDirError
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
@@ -181,6 +183,8 @@ def preflight(run_config: Any, exp_dir: Path, offline: bool, backbone: Any = Non
         own.attempt(check_installed, cfg.trainer_common.logger)
     offline = offline or bool(own)  # a run refused already is not kept waiting for the hub: checked offline
     notes: list[str] = list(run_config.notes)  # the seed system's keys, as read
+    if backbone is not None and backbone.name == "trinity":  # a Trinity schedule off-policy on Trinity: as asked
+        notes = [str(note) for note in notes]
     if own.sound("astuner.task_reader"):
         notes.append(own.attempt(check_tasks, cfg, roots, offline)[1] or "")
     if cfg.trainer_common.traces.store and own.sound("astuner.trainer_common.traces"):
@@ -190,6 +194,10 @@ def preflight(run_config: Any, exp_dir: Path, offline: bool, backbone: Any = Non
         model_ok, note = own.attempt(check_model, cfg, roots, offline)
         notes.append(note or "")
     notes = [note for note in notes if note]
+    idle = idle_keys(cfg.trainer_common)
+    if idle:
+        notes.append(WarningNote(f"astuner.trainer_common.off_policy: {', '.join(idle)}: set, and changing nothing "
+                                 f"in this configuration (docs/off_policy.md)"))
     if backbone is not None:
         notes += _backbone_notes(run_config, backbone, own, model_ok)
     if found is None:

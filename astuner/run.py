@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from astuner.config import RunConfig
+from astuner.config.notes import say
 from astuner.errors import Found, PluginError
 from astuner.plugins import Plugins
 from astuner.records.run_dir import RunDir
@@ -113,7 +114,7 @@ def _prepare_and_run(request: RunRequest, backbone: Any, notes: list[str], viewe
         raise StorageError(f"the run folder {Path(request.exp_dir) / run.experiment_name} cannot be written: "
                            f"{why}") from None
     for note in notes:  # what was checked (tasks, model, and for verl / trinity what the machine gives the run)
-        logger.info(note)
+        say(note, logger)
     try:
         if request.on_prepared is not None:
             request.on_prepared(run_dir)

@@ -16,6 +16,7 @@ ESTIMATORS = ("grpo", "multi_step_grpo")
 KL_TYPES = ("low_var_kl", "kl")
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 STALE_ACTIONS = ("wait", "drop")
+ANCHORS = ("behaviour", "learner")  # the policy an off-policy update's clip is around
 
 
 def _steps_or_never(value: int) -> bool:
@@ -141,10 +142,16 @@ class OffPolicyConfig:
     sync_offset: Optional[int] = key(
         None, "The rollouts run this many steps ahead of training (Trinity-RFT's synchronizer.sync_offset); null = "
         "max_staleness - (sync_interval - 1), or 0.", ge=0, backbones=NOT_VERL)
+    anchor: str = key(
+        "behaviour", "Around which policy PPO's clip is when samples lag: behaviour — the weights that sampled each "
+        "token (their recorded log-probs; Trinity-RFT's off-policy loss), so the updates since cannot push a token "
+        "further than the clip range from where its data came from; learner — decoupled PPO: the clip around the "
+        "learner's weights before the step, each token weighted by pi_old / pi_behaviour capped at is_cap.",
+        choices=ANCHORS, backbones=DEBUG)
     is_cap: float = key(
-        2.0, "Truncated importance sampling: each token's weight pi_old / pi_behaviour (the learner's weights "
-        "before the step over the engine's that sampled it, from the recorded log-probs) is capped at this; only when "
-        "samples can lag (max_staleness > 0).", gt=0, backbones=DEBUG)
+        2.0, "Truncated importance sampling with anchor learner: each token's weight pi_old / pi_behaviour (the "
+        "learner's weights before the step over the engine's that sampled it, from the recorded log-probs) is capped "
+        "at this; only when samples can lag (max_staleness > 0).", gt=0, backbones=DEBUG)
 
 
 @dataclass

@@ -16,7 +16,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from astuner.config.keys import set_path
+from astuner.config.notes import WarningNote
 from astuner.errors import ConfigError
+
+OFF_POLICY = "astuner.trainer_common.off_policy"
 
 DEFAULTS_NAMES = {"astune_default": "astuner_default"}
 SAME, CONVERTED, NO_EFFECT = "same", "converted", "no effect"
@@ -246,24 +249,34 @@ def translate(merged: dict) -> list[str]:
 def trinity_schedule(merged: dict) -> list[str]:
     """`trinity.synchronizer.sync_interval` / `sync_offset` in an astuner YAML's `trinity:` subtree (the seed
     tutorials set `sync_offset: 1` there): the schedule, which has one meaning on every backbone
-    (`trainer_common.off_policy`), not a Trinity-only setting the debug backbone would not read. One line each."""
+    (`trainer_common.off_policy`), not a Trinity-only setting the debug backbone would not read. One line each; a
+    WARNING line (`WarningNote`) when they make the run off-policy, with the key that keeps it synchronous:
+    `astuner.trainer_common.off_policy.max_staleness: 0`, which, set, leaves them unread."""
     sync = (merged.get("trinity") or {}).get("synchronizer")
     if not isinstance(sync, dict):
         return []
+    given = {key: sync.pop(key) for key in ("sync_interval", "sync_offset") if key in sync}
+    if not given:
+        return []
+    _, bound = _take(merged, f"{OFF_POLICY}.max_staleness", remove=False)
+    shown = ", ".join(f"trinity.synchronizer.{key} {value!r}" for key, value in given.items())
+    if bound == 0:  # asked for: a synchronous run, whatever the seed file's Trinity schedule
+        return [f"{shown}: not read ({OFF_POLICY}.max_staleness 0: every step rolled out on the weights it trains)"]
     defaults = {"sync_interval": 1, "sync_offset": None}
-    notes = []
-    for key in ("sync_interval", "sync_offset"):
-        if key not in sync:
-            continue
-        value = sync.pop(key)
-        target = f"astuner.trainer_common.off_policy.{key}"
+    for key, value in given.items():
+        target = f"{OFF_POLICY}.{key}"
         found, own = _take(merged, target, remove=False)
         if found and own not in (defaults[key], value):
             raise ConfigError(f"trinity.synchronizer.{key} {value!r} and {target} {own!r} disagree: they are the same "
                               f"setting; keep {target}")
         set_path(merged, target, value)
-        notes.append(f"trinity.synchronizer.{key} {value!r}: read as {target} (the same schedule on every backbone)")
-    return notes
+    targets = " and ".join(f"{OFF_POLICY}.{key}" for key in given)
+    line = f"{shown}: read as {targets} (the same schedule on every backbone)"
+    lag = (given.get("sync_interval") or 1) - 1 + (given.get("sync_offset") or 0)
+    if not isinstance(lag, int) or lag <= 0:
+        return [line]
+    return [WarningNote(f"{line}: this run is off-policy, its samples up to {lag} version(s) older than the weights "
+                        f"they train (docs/off_policy.md); {OFF_POLICY}.max_staleness=0 keeps it synchronous")]
 
 
 def table() -> str:

@@ -58,3 +58,21 @@ def problem(off_policy: Any) -> Optional[tuple[str, str]]:
                 f"astuner.trainer_common.off_policy.max_staleness {k} is below what sync_interval {n} and sync_offset "
                 f"{d} roll out (samples up to {n - 1 + d} versions old); raise it to {n - 1 + d} or leave it null")
     return None
+
+
+def idle_keys(tc: Any) -> list[str]:
+    """`trainer_common.off_policy` keys set that change nothing in this configuration (one line's worth): on_stale,
+    anchor and is_cap when every sample is on-policy, is_cap with anchor behaviour (it still weighs training from a
+    trace store's episodes, mode pg)."""
+    from astuner.config.schema_trainer import OffPolicyConfig
+
+    off, default = tc.off_policy, OffPolicyConfig()
+    traces_weigh = bool(tc.traces.store) and tc.traces.mode == "pg"
+    if not SyncSchedule.of(off).synchronous:  # off-policy: is_cap weighs with the learner anchor only
+        return [] if off.anchor == "learner" or off.is_cap == default.is_cap or traces_weigh else \
+            [f"is_cap {off.is_cap:g} (anchor {off.anchor} clips instead of weighing)"]
+    idle = [f"{name} {getattr(off, name)}" for name in ("on_stale", "anchor")
+            if getattr(off, name) != getattr(default, name)]
+    if off.is_cap != default.is_cap and not traces_weigh:
+        idle.append(f"is_cap {off.is_cap:g}")
+    return [f"{', '.join(idle)} (max_staleness 0: every sample is on-policy)"] if idle else []

@@ -44,6 +44,11 @@ class SequentialSelector:
         self.cursor += len(picked)
         return [self.tasks[i] for i in picked]
 
+    def position(self) -> int:
+        """The prompts drawn so far, counted from the run's first (a batch never spans epochs: the epochs before
+        this one were drawn whole). A run that trains each draw once moves it by each step's batch."""
+        return self.epoch * len(self.tasks) + self.cursor
+
     def state_dict(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "cursor": self.cursor, "order": list(self.order)}
 
@@ -80,6 +85,9 @@ class RandomSelector(SequentialSelector):
         self.cursor += batch_size
         self.epoch = self.cursor // len(self.tasks)
         return [self.tasks[i] for i in picked]
+
+    def position(self) -> int:
+        return self.cursor
 
 
 class OfflineEasy2HardSelector(SequentialSelector):
@@ -127,6 +135,9 @@ class DifficultyBasedSelector(SequentialSelector):
         self.cursor += len(picked)
         self.epoch = self.cursor // len(self.tasks)
         return [self.tasks[i] for i in picked]
+
+    def position(self) -> int:
+        return self.cursor
 
     def feedback(self, pass_rates: dict[str, float]) -> None:
         known = [(self.index[t], r) for t, r in pass_rates.items() if t in self.index]

@@ -16,13 +16,13 @@ import asyncio
 import sys
 import uuid
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from agentscope.message import TextBlock, ThinkingBlock, ToolUseBlock
 from agentscope.model import ChatModelBase, ChatResponse
 
-from astuner.model.engines.base import Engine, GenerateResult, SamplingParams
+from astuner.model.engines.base import Engine, GenerateResult, SamplingParams, derived_seed
 from astuner.model.chat.continuation import continued_call
 from astuner.model.chat.incremental_render import render_prompt
 from astuner.model.chat.messages import normalize_messages, normalize_tools
@@ -221,6 +221,8 @@ class ModelTuner(ChatModelBase):
         truncated). Shared by the AgentScope route (`__call__`) and the OpenAI gateway (astuner.gateway)."""
         target, msgs, tool_list = self.checked(messages, tools, tool_choice, target)
         sampling = sampling or self.sampling
+        if sampling.seed is not None:  # the episode's seed: each call its own, by its place in the episode
+            sampling = replace(sampling, seed=derived_seed(sampling.seed, self.recorder.next_call_index()))
         prompt_text = render_prompt(self.tokenizer, self.render, msgs, tool_list, self.chat_template_kwargs,
                                     self.recorder.calls, target)  # only what is new since the last call
         prompt_ids = self._prompt_ids(prompt_text)

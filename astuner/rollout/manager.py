@@ -15,7 +15,7 @@ import statistics
 import time
 import traceback
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from loguru import logger
@@ -24,7 +24,7 @@ from astuner.config.schema import AstunerConfig
 from astuner.rollout.madness import madness_reasons
 from astuner.rollout.tracker import TrackerStats, build_samples
 from astuner.errors import UserError
-from astuner.model.engines.base import Engine, SamplingParams
+from astuner.model.engines.base import Engine, SamplingParams, derived_seed
 from astuner.rollout import descriptors
 from astuner.rollout.gc_freeze import objects_frozen
 from astuner.rollout.row_problems import PROCESS, RowProblems, one_line, row_problem
@@ -246,6 +246,10 @@ class RolloutManager:
             result = EpisodeResult(task=task, repeat_index=repeat_index, episode_uuid=episode_uuid)
             started = time.perf_counter()
             result.recorder.label = f"{episode_uuid} (task {task.task_id}, repeat {repeat_index})"
+            # the episode's own sampling seed (each call's from it and its index): its draws do not depend on
+            # which episodes an engine batches it with, nor on what the engine sampled before (thread timing)
+            sampling = replace(sampling, seed=derived_seed(ro.seed if sampling.seed is None else sampling.seed,
+                                                           episode_uuid))
             tuner = (self.tuner or ModelTuner)(
                 self.engine, self.tokenizer, sampling, ro.max_model_len, result.recorder,
                 trainable_targets=self.trainable_targets, chat_template_kwargs=ro.chat_template_kwargs,

@@ -55,6 +55,7 @@ class EpisodeRecorder:
     agents: set[str] = field(default_factory=set)  # every agent named in the episode (register_model, calls)
     label: str = ""  # which episode, for log lines (its uuid, task and repeat: set by the rollout)
     on_close: list[Callable[[], None]] = field(default_factory=list, repr=False)  # e.g. the gateway's keys expire
+    prepared: int = 0  # the calls prepared so far (each one's index: its sampling seed, ModelTuner.prepare)
     # add and close come from different threads (the gateway's, a workflow's own)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
@@ -65,6 +66,12 @@ class EpisodeRecorder:
             callbacks, self.on_close = self.on_close, []
         for callback in callbacks:
             callback()
+
+    def next_call_index(self) -> int:
+        """The index of the episode's next prepared call (0, 1, ...), from any thread."""
+        with self._lock:
+            self.prepared += 1
+            return self.prepared - 1
 
     def refuse(self, agent: str, why: str) -> None:
         """A call of `agent` was refused (its prompt leaves no room for the reply): the episode, and that agent's

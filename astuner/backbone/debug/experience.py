@@ -29,6 +29,7 @@ class StepExperience:
     rollout_s: float  # the rollouts' wall time
     epoch: int = 0  # the task selector's epoch when the step's tasks were drawn
     version: int = 0  # the weights that rolled them out (every sample's policy_version)
+    drawn: tuple[int, int] = (0, 0)  # the selector's positions before and after the draw (`PromptLedger`)
 
 
 class RolloutSource:
@@ -40,15 +41,18 @@ class RolloutSource:
         self.run_async, self.experiment, self.version = run_async, experiment, version
 
     def collect(self, step: int) -> StepExperience:
-        tasks, epoch = self.draw()
-        return self.run_async(self.roll_out(step, tasks, epoch, self.version()))
+        tasks, epoch, drawn = self.draw()
+        return self.run_async(self.roll_out(step, tasks, epoch, self.version(), drawn=drawn))
 
-    def draw(self) -> tuple[list[Any], int]:
-        """The next step's tasks from the selector, and its epoch then."""
-        return self.selector.next_batch(self.cfg.data.train_batch_size), self.selector.epoch
+    def draw(self) -> tuple[list[Any], int, tuple[int, int]]:
+        """The next step's tasks from the selector, its epoch then, and its positions before and after."""
+        start = self.selector.position()
+        tasks = self.selector.next_batch(self.cfg.data.train_batch_size)
+        return tasks, self.selector.epoch, (start, self.selector.position())
 
     async def roll_out(self, step: int, tasks: list[Any], epoch: int, version: int, manager: Any = None,
-                       feedback: Optional[Callable[[dict[str, float]], None]] = None) -> StepExperience:
+                       feedback: Optional[Callable[[dict[str, float]], None]] = None,
+                       drawn: tuple[int, int] = (0, 0)) -> StepExperience:
         """Step `step`'s tasks rolled out (by `manager`, default this source's) on the engines' weights (`version`),
         then the operators; their feedback goes to `feedback` (default: the selector's, before the next step's
         tasks are drawn)."""
@@ -61,7 +65,7 @@ class RolloutSource:
         samples, operator_metrics = apply_operators(self.cfg.data_processor.experience_pipeline.operators,
                                                     batch.samples, feedback or self.selector.feedback)
         return StepExperience(tasks, batch, samples, {**batch.metrics, **selection, **operator_metrics}, rollout_s,
-                              epoch, version)
+                              epoch, version, drawn)
 
     def validate(self, tasks: list[Any], step: int, label: Optional[str] = None) -> dict[str, float]:
         batch = self.run_async(self.manager.run(tasks, "val", tag=f"{self.experiment}:val:{step}"))
@@ -74,3 +78,26 @@ class RolloutSource:
         logger.info(f"validation {label or f'at step {step}'}: reward {out['val/reward_mean']:.3f}, "
                     f"success {out['val/success_rate']:.3f} over {len(tasks)} tasks")
         return out
+
+
+class PromptLedger:
+    """What a run's trained steps drew from the task selector, across kills and resumes: each step's draw should
+    begin where the last trained step's ended. A draw that begins later skipped prompts (`resume/prompts_lost`);
+    one that begins earlier trains some again (`resume/prompts_replayed`). Checkpointed with the run, so the counts
+    cover every session of it."""
+
+    def __init__(self, state: Optional[dict[str, int]] = None):
+        state = state or {}
+        self.through = state.get("through", 0)  # where the last trained step's draw ended
+        self.lost = state.get("lost", 0)
+        self.replayed = state.get("replayed", 0)
+
+    def trained(self, drawn: tuple[int, int]) -> dict[str, float]:
+        start, end = drawn
+        self.lost += max(0, start - self.through)
+        self.replayed += max(0, min(end, self.through) - start)
+        self.through = end
+        return {"resume/prompts_lost": float(self.lost), "resume/prompts_replayed": float(self.replayed)}
+
+    def state_dict(self) -> dict[str, int]:
+        return {"through": self.through, "lost": self.lost, "replayed": self.replayed}

@@ -238,10 +238,10 @@ class Learner:
         return merged_state_dict(slot.model)
 
     # -- a step -------------------------------------------------------------------------------------
-    def learn(self, samples: list[Any], temperature: float,
-              is_cap: Optional[float] = None) -> tuple[dict[str, float], list[Any], int]:
+    def learn(self, samples: list[Any], temperature: float, is_cap: Optional[float] = None,
+              anchor: str = "learner") -> tuple[dict[str, float], list[Any], int]:
         """The step's update of every learning policy: its metrics, the samples trained on, the groups dropped.
-        `is_cap`: the samples may be off-policy (`PolicyTrainer.update`)."""
+        `is_cap`, `anchor`: the samples may be off-policy (`PolicyTrainer.update`)."""
         several = bool(self.cfg.policies)
         metrics: dict[str, float] = {}
         trained: list[Any] = []
@@ -261,7 +261,7 @@ class Learner:
             dropped_groups += len(dropped)
             assign_advantages(own, al.adv_estimator, al.norm_adv_by_std_in_grpo, al.adv_epsilon, al.step_norm)
             if own:
-                metrics.update({prefix + k: v for k, v in slot.trainer.update(own, temperature, is_cap).items()})
+                metrics.update({prefix + k: v for k, v in slot.trainer.update(own, temperature, is_cap, anchor).items()})
             if several:
                 metrics[f"{prefix}train/samples"] = float(len(own))
             trained += own

@@ -23,7 +23,7 @@ from astuner.records.tokens import TokenPieces
 from astuner.rollout.manager import RolloutManager, build_judge
 from astuner.rollout.row_problems import RowProblems
 from astuner.config.sync_schedule import SyncSchedule
-from astuner.backbone.debug.experience import RolloutSource
+from astuner.backbone.debug.experience import PromptLedger, RolloutSource
 from astuner.backbone.debug.learner import Learner
 from astuner.backbone.debug.resume import check_resume
 from astuner.backbone.debug.step_records import step_line, step_metrics, write_step_trajectories
@@ -112,6 +112,7 @@ class DebugTrainer:
                                     open_monitors(tc.logger, cfg.project_name, self.ctx.config.experiment_name,
                                                   self.run_dir.tensorboard.parent, self.ctx.config.merged))
         self.start_step = 0
+        self.ledger = PromptLedger()  # each trained step's draw from the selector (resume/prompts_lost, _replayed)
         if self.checkpoint is not None:
             state = load_trainer_state(self.checkpoint)
             self.learner.restore(state)
@@ -120,6 +121,8 @@ class DebugTrainer:
             self.start_step = state["step"]
             if self.pipeline is not None:
                 self.pipeline.resume_at(self.start_step, state.get("pipeline"))
+            # a checkpoint from before the ledger: its steps' draws end where the selector resumes
+            self.ledger = PromptLedger(state.get("prompts") or {"through": self.selector.position()})
             self.writer.truncate_after(self.start_step)
             logger.info(f"resumed from {self.checkpoint} (step {self.start_step} of {self.total_steps})")
         elif self.run_dir.resumed:  # the earlier run died before its first checkpoint: it starts over
@@ -334,8 +337,10 @@ class DebugTrainer:
         t0 = time.perf_counter()
         experience = (self.pipeline or self.source).collect(step)
         t1 = time.perf_counter()
-        is_cap = None if self.pipeline is None else self.cfg.trainer_common.off_policy.is_cap
-        metrics, trained, dropped_groups = self.learner.learn(experience.samples, self.cfg.rollout.temperature, is_cap)
+        off = self.cfg.trainer_common.off_policy
+        is_cap = None if self.pipeline is None else off.is_cap
+        metrics, trained, dropped_groups = self.learner.learn(experience.samples, self.cfg.rollout.temperature, is_cap,
+                                                              off.anchor)
         self.trained_steps += bool(trained)
         t2 = time.perf_counter()
         self.learner.push_weights()
@@ -344,7 +349,7 @@ class DebugTrainer:
 
             self.pipeline.publish(self.learner.version, weight_snapshot(self.learner.model))
         t3 = time.perf_counter()
-        metrics = {**experience.metrics, **metrics,
+        metrics = {**experience.metrics, **metrics, **self.ledger.trained(experience.drawn),
                    **step_metrics(experience.epoch, len(experience.tasks), trained, dropped_groups,
                                   experience.rollout_s, t2 - t1, t3 - t2, t3 - t0)}
         write_step_trajectories(self.run_dir.trajectories, step, experience.batch,
@@ -352,7 +357,7 @@ class DebugTrainer:
         return metrics
 
     def save(self, step: int) -> None:
-        state = {"selector": self.selector.state_dict(),
+        state = {"selector": self.selector.state_dict(), "prompts": self.ledger.state_dict(),
                  "rng": rng_state(self.learner.engines() if self.cfg.policies else self.engine)}
         if self.pipeline is not None and self.pipeline.snapshots:  # started: what the steps after this one need
             state["pipeline"] = self.pipeline.state(step)

@@ -9,9 +9,11 @@ only, when a step starts on it:
 - `wait`: step t is rolled out on exactly version `schedule.version_for(t)`; the producer waits for it when the
   learner is behind. Which weights roll out which step is a schedule, not a race, and every step's sampling is
   seeded by the step: the run is reproducible, and its checkpoints resume it exactly (below).
-- `drop`: the producer never waits for weights: each step takes the newest version published, with at most
-  `bound + 1` steps rolled out ahead of the learner; a step whose samples lag more than `bound` versions when
-  trained is dropped whole and counted. Faster, timing-dependent.
+- `drop`: each step takes the newest version published when it starts (fresher than `wait`'s schedule when the
+  learner keeps up); a step starts only while that version is within `bound` of the learner's version that will
+  train it (`step - 1`), so the producer runs at most `bound + 1` steps ahead of the learner's *published* weights
+  and waits for newer ones otherwise. A step whose samples would still lag more than `bound` is dropped whole and
+  counted (a guard: the rule above keeps it from happening). Timing-dependent, not reproducible.
 
 The task selector is drawn in step order; the experience operators' feedback to it (pass rates) reaches it in step
 order too, that of step j just before step j + bound + 1 is drawn (by then step j has finished): in a reproducible
@@ -179,7 +181,9 @@ class PipelinedSource:
         if self.schedule.on_stale == "wait":
             version = self.schedule.version_for(step)
             return version if version in self.snapshots else None
-        if not self.snapshots or step - self.trained > self.schedule.bound + 1:
+        # the newest weights, if the step's samples stay within the bound when trained (at version step - 1) on
+        # them: a producer ahead of the learner's *published* weights waits, never rolls out a step to drop it
+        if not self.snapshots or step - 1 - max(self.snapshots) > self.schedule.bound:
             return None
         return max(self.snapshots)
 
@@ -217,9 +221,12 @@ class PipelinedSource:
                     for old in [j for j in self.rates if j <= kept]:
                         del self.rates[old]
                     self.cond.notify_all()
+                    if self.schedule.on_stale != "wait":  # newer weights may have come (and the older gone) meanwhile
+                        version = max(self.snapshots)
                     weights = self.snapshots[version]
-                tasks, epoch = self.rollouts.draw()
-                task = asyncio.ensure_future(self._roll(step, tasks, epoch, version, weights, engine, manager, free))
+                tasks, epoch, drawn = self.rollouts.draw()
+                task = asyncio.ensure_future(self._roll(step, tasks, epoch, drawn, version, weights, engine, manager,
+                                                        free))
                 running.add(task)
                 task.add_done_callback(running.discard)
                 self.next_step += 1
@@ -234,15 +241,15 @@ class PipelinedSource:
         finally:
             self.done.set()
 
-    async def _roll(self, step: int, tasks: list[Any], epoch: int, version: int, weights: dict[str, Any],
-                    engine: Any, manager: Any, free: asyncio.Queue) -> None:
+    async def _roll(self, step: int, tasks: list[Any], epoch: int, drawn: tuple[int, int], version: int,
+                    weights: dict[str, Any], engine: Any, manager: Any, free: asyncio.Queue) -> None:
         try:
             if self.engine_version.get(id(engine)) != version:
                 await engine.update_weights(weights, strict=False)
                 self.engine_version[id(engine)] = version
             engine.generator.manual_seed(step_seed(self.seed, step))
             rates: list[dict[str, float]] = []
-            experience = await self.rollouts.roll_out(step, tasks, epoch, version, manager, rates.append)
+            experience = await self.rollouts.roll_out(step, tasks, epoch, version, manager, rates.append, drawn)
             with self.cond:
                 self.ready[step] = experience
                 self.rates[step] = rates

@@ -69,11 +69,15 @@ class PolicyTrainer:
             out[i, batch.response_width - len(row):] = torch.tensor(row, dtype=out.dtype, device=self.device)
         return out
 
-    def update(self, samples: Sequence[Sample], temperature: float, is_cap: Optional[float] = None) -> dict[str, float]:
+    def update(self, samples: Sequence[Sample], temperature: float, is_cap: Optional[float] = None,
+               anchor: str = "learner") -> dict[str, float]:
         """One policy update on the samples of a step (advantages already set). `is_cap`: samples may come from
-        older weights than the learner's (off-policy): each token's loss is weighted by pi_old / pi_behaviour (the
-        learner's log-prob before the step over the engine's recorded one), capped at `is_cap` (truncated importance
-        sampling; decoupled PPO: the clip stays around the learner's own weights)."""
+        older weights than the learner's (off-policy), and `anchor` says around which policy PPO's clip is:
+        `behaviour` — the engine's recorded log-probs are the old policy (Trinity-RFT's off-policy loss): the ratio
+        to the weights that sampled a token is clipped, so a token the updates since moved past the clip range in
+        its advantage's direction is not pushed further; `learner` — decoupled PPO: the clip around the learner's
+        own weights before the step, each token's loss weighted by pi_old / pi_behaviour capped at `is_cap`
+        (truncated importance sampling)."""
         import torch
 
         cfg, al = self.cfg, self.cfg.algorithm
@@ -119,13 +123,16 @@ class PolicyTrainer:
                                                       with_entropy=bool(al.entropy_coeff), dtype=self.dtype)
                     mask = batch.response_mask
                     old_logp = logp.detach() if single_step else self._per_token(old, part, batch)
+                    learner_logp = old_logp
+                    if is_cap is not None and anchor == "behaviour":
+                        old_logp = batch.old_logprobs  # the weights that sampled each token
                     if single_step:
-                        rows = old_logp.tolist()  # one device-to-host copy per micro-batch
+                        rows = learner_logp.tolist()  # one device-to-host copy per micro-batch
                         for i, s in enumerate(part):
                             s.trainer_logprobs = rows[i][batch.response_width - len(s.loss_mask):]
                     pg, clipped = ppo_clip_loss(logp, old_logp, batch.advantages, al.clip_ratio_low,
                                                 al.clip_ratio_high, al.clip_ratio_c)
-                    if is_cap is not None:
+                    if is_cap is not None and anchor == "learner":
                         weight = torch.exp(torch.clamp(old_logp.detach() - batch.old_logprobs, min=-20.0, max=20.0))
                         with torch.no_grad():
                             add("off_policy/is_weight_mean", float((weight * mask).sum().item()) / max(float(

@@ -175,6 +175,7 @@ class Translation:
     approximated: dict[str, str] = field(default_factory=dict)  # keys debug / verl honour their own way -> how
     passed: list[str] = field(default_factory=list)  # keys handed to Trinity-RFT in the trinity: subtree
     ignored: dict[str, str] = field(default_factory=dict)  # keys tune()'s functions leave unread -> why
+    warnings: list[str] = field(default_factory=list)  # what the run does that the user may not expect, one line each
 
 
 TRINITY_ONLY_TOP = frozenset({"buffer", "explorer", "synchronizer"})  # never top-level keys of an astuner YAML

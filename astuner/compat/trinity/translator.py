@@ -65,6 +65,7 @@ class Translator(Tasksets):
             self.problems.append(f"astuner: must be a mapping of astuner keys, got {short(self.section)}")
             self.section = None
         self.approximated: dict[str, str] = {}
+        self.warnings: list[str] = []
         self.trinity_only: list[str] = []
         buffer = conf.get("buffer")
         self.explorer_input = (buffer.get("explorer_input") or {}) if isinstance(buffer, dict) else {}
@@ -149,6 +150,7 @@ class Translator(Tasksets):
         out.tree = {"astuner": deep_merge(self.a, self.section or {}), **({"trinity": trinity} if trinity else {})}
         out.ignored = dict(self.ignored)
         out.approximated = dict(self.approximated)
+        out.warnings = list(self.warnings)
         return out
 
     def _cluster(self) -> None:
@@ -351,6 +353,7 @@ class Translator(Tasksets):
         for path in ("synchronizer.sync_interval", "synchronizer.sync_offset"):  # Trinity's schedule, its meaning
             if self.given(path):
                 self.put(f"trainer_common.off_policy.{path.split('.')[1]}", g(path))
+        self._off_policy_warning()
         self.put("trainer_common.test_freq", g("explorer.eval_interval"))
         self.put("trainer_common.val_before_train", bool(g("explorer.eval_on_startup")))
         save = g("trainer.save_interval")
@@ -391,6 +394,21 @@ class Translator(Tasksets):
                 if self.given(path) and not _same(path, self.leaves[path], "fully_async"):
                     self.used.add(path)
                     self.accepted.append(path)
+
+    def _off_policy_warning(self) -> None:
+        """On another backbone than Trinity, a schedule that rolls out ahead is said in one WARNING line, with what
+        keeps the run synchronous (on Trinity it is the file's own setting)."""
+        interval, offset = self.get("synchronizer.sync_interval"), self.get("synchronizer.sync_offset")
+        own = ((self.section or {}).get("trainer_common") or {}).get("off_policy") or {}
+        if self.backbone == "trinity" or own.get("max_staleness") == 0 or \
+                not all(isinstance(v, int) for v in (interval, offset or 0)):
+            return
+        lag = interval - 1 + (offset or 0)
+        if lag > 0:
+            self.warnings.append(f"{self.source}: synchronizer.sync_interval {interval}, sync_offset {offset}: this "
+                                 f"{self.backbone} run is off-policy, its samples up to {lag} version(s) older than "
+                                 f"the weights they train (docs/off_policy.md); sync_interval 1 and sync_offset 0 in "
+                                 f"that file keep it synchronous")
 
     def _advantage(self) -> None:
         """algorithm.advantage_fn_args: what astuner's advantage takes (epsilon, enable_step_norm) on debug; with

@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Optional, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to sample one response. temperature 0 = greedy."""
+    """How to sample one response. temperature 0 = greedy. `seed`: the request's own sampling seed, so its draws
+    do not depend on what else the engine batches with it or sampled before (None: the engine's generator)."""
 
     temperature: float = 1.0
     top_p: float = 1.0
     max_tokens: int = 256
+    seed: Optional[int] = None
+
+
+def derived_seed(*parts: Any) -> int:
+    """A 63-bit seed from `parts` (a run's seed, an episode's id, a call's index): the same on every machine and
+    Python (no hash randomisation)."""
+    digest = hashlib.blake2b(":".join(str(p) for p in parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
 
 
 @dataclass

@@ -139,7 +139,7 @@ class HFEngine:
 
         from astuner.model.logits import last_logits_kwargs
         from astuner.model.precision import autocast
-        from astuner.model.engines.sampling import sample_next
+        from astuner.model.engines.sampling import request_generators, row_uniforms, sample_next
 
         with self._model_lock, torch.no_grad():
             device = next(self.model.parameters()).device
@@ -175,6 +175,8 @@ class HFEngine:
             top_p = None if all(s.top_p >= 1.0 for s in samplings) else torch.tensor(
                 [s.top_p for s in samplings], dtype=torch.float32, device=device)
             limits = [s.max_tokens for s in samplings]
+            # a request with a seed draws from its own generator: its tokens do not depend on its batch
+            generators = request_generators([s.seed for s in samplings])
             with autocast(device, self.dtype):
                 out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
                                  **{self.cache_key: past}, use_cache=True, **keep,
@@ -188,7 +190,8 @@ class HFEngine:
             rows = list(range(batch))  # the original row of each row still in the batch
             next_pos = positions[:, -1:]
             while not all(done[i] for i in rows):
-                tokens, lps = sample_next(logits, temperature, top_p, self.generator)
+                uniform = None if generators is None else row_uniforms([generators[i] for i in rows], self.generator)
+                tokens, lps = sample_next(logits, temperature, top_p, self.generator, uniform)
                 tokens_cpu, lps_cpu = tokens.tolist(), lps.tolist()
                 for j, i in enumerate(rows):
                     if done[i]:

@@ -14,9 +14,12 @@ class OpenAIEngineError(RuntimeError):
 
 
 def completion_request(model: str, prompt_ids: list[int], sampling: SamplingParams) -> dict[str, Any]:
-    return {"model": model, "prompt": list(prompt_ids), "max_tokens": sampling.max_tokens,
-            "temperature": sampling.temperature, "top_p": sampling.top_p, "logprobs": 0,
-            "return_token_ids": True, "skip_special_tokens": False}
+    request = {"model": model, "prompt": list(prompt_ids), "max_tokens": sampling.max_tokens,
+               "temperature": sampling.temperature, "top_p": sampling.top_p, "logprobs": 0,
+               "return_token_ids": True, "skip_special_tokens": False}
+    if sampling.seed is not None:  # the request's own seed (the completions API's `seed`; vLLM honours it)
+        request["seed"] = sampling.seed
+    return request
 
 
 def parse_choice(choice: dict[str, Any], where: str) -> GenerateResult:

@@ -32,7 +32,7 @@ class VLLMEngine:
         from vllm.inputs import TokensPrompt
 
         params = VSampling(temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_tokens,
-                           logprobs=0, skip_special_tokens=False, detokenize=False)
+                           seed=sampling.seed, logprobs=0, skip_special_tokens=False, detokenize=False)
         final = None
         async for output in self.engine.generate(TokensPrompt(prompt_token_ids=list(prompt_ids)), params,
                                                  request_id=uuid.uuid4().hex):

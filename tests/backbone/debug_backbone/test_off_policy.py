@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -85,7 +86,7 @@ def test_k2_run_trains_samples_at_most_two_versions_old(tmp_path, capsys, monkey
         assert sum(histogram) == histogram[lag] == r["rollout/episodes"]  # one sample per episode here
         assert r["off_policy/dropped_samples"] == 0 and r.get("off_policy/is_weight_mean", 1.0) > 0
         seen.add(lag)
-    assert seen == {0, 1, 2} and any("off_policy/is_weight_mean" in r for r in steps)  # a step with an update
+    assert seen == {0, 1, 2} and any("actor/pg_loss" in r for r in steps)  # a step with an update
     assert "val/reward_mean" in rows[-1]
 
 
@@ -192,9 +193,9 @@ class FakeRollouts:
                                         feedback=lambda rates: None)
 
     def draw(self):
-        return [object()], 0
+        return [object()], 0, (0, 1)
 
-    async def roll_out(self, step, tasks, epoch, version, manager, feedback):
+    async def roll_out(self, step, tasks, epoch, version, manager, feedback, drawn):
         from astuner.backbone.debug.experience import StepExperience
         from astuner.schema import Sample
 
@@ -213,32 +214,144 @@ class FakeEngine:
         pass
 
 
-def test_drop_takes_the_newest_weights_and_drops_what_is_too_old():
-    """on_stale drop, k = 1: the producer runs up to two steps ahead on the newest weights there are; a step whose
-    weights are two versions behind the learner's is dropped whole and counted."""
+def test_drop_takes_the_newest_weights_and_never_runs_past_the_bound():
+    """on_stale drop, k = 1: each step takes the newest weights published when it starts, and starts only while those
+    are within the bound of the learner version that will train it: the producer waits for the learner's published
+    weights, so no step is rolled out only to be dropped (a learner slower than the rollouts once lost every step)."""
     from astuner.backbone.debug.pipeline import PipelinedSource
 
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     source = PipelinedSource(FakeRollouts(), [(FakeEngine(), None), (FakeEngine(), None)],
-                             schedule(k=1, on_stale="drop"), loop, 1, 4, seed=0)
+                             schedule(k=1, on_stale="drop"), loop, 1, 5, seed=0)
+    got = []
     try:
         source.publish(0, {})
         source.start()
-        first = source.collect(1)  # rolled out on version 0, trained at version 0
-        deadline = time.monotonic() + 60
-        while 3 not in source.ready and time.monotonic() < deadline:  # step 3 rolled out before version 1 exists
+        got += [source.collect(1), source.collect(2)]  # a learner behind: it has not published version 1 yet
+        deadline = time.monotonic() + 2  # time for a producer that would roll step 3 out on version 0 to do so
+        while 3 not in source.ready and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert source.ready[3].version == 0
-        second = source.collect(2)  # version 0 at learner version 1: lag 1, kept
         source.publish(1, {})
-        third = source.collect(3)  # version 0 at learner version 2: lag 2 > 1, dropped
+        source.publish(2, {})
+        for step in range(3, 6):  # then a step's experience, its update's weights
+            got.append(source.collect(step))
+            source.publish(step, {})
     finally:
         source.stop()
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
-    assert [e.metrics["off_policy/version_lag"] for e in (first, second, third)] == [0, 1, 2]
-    assert len(first.samples) == len(second.samples) == 1
-    assert third.samples == [] and third.metrics["off_policy/dropped_samples"] == 1
-    assert third.metrics["off_policy/dropped_groups"] == 1 and third.metrics["off_policy/lag_max"] == 0
+    versions = [e.version for e in got]
+    assert versions[:2] == [0, 0] and versions == sorted(versions)  # steps 1 and 2 at once, then the newest weights
+    lags = [e.metrics["off_policy/version_lag"] for e in got]
+    assert lags == [step - 1 - v for step, v in enumerate(versions, 1)] and all(0 <= lag <= 1 for lag in lags)
+    assert all(len(e.samples) == 1 and e.metrics["off_policy/dropped_samples"] == 0 for e in got)
+
+
+def test_the_prompt_ledger_counts_prompts_skipped_and_trained_again():
+    """Each trained step's draw should begin where the last one's ended: a later start skipped prompts (lost), an
+    earlier one trains some again (replayed); the counts survive a checkpoint."""
+    from astuner.backbone.debug.experience import PromptLedger
+
+    ledger = PromptLedger()
+    assert ledger.trained((0, 8)) == {"resume/prompts_lost": 0.0, "resume/prompts_replayed": 0.0}
+    ledger.trained((8, 16))
+    assert ledger.trained((24, 32)) == {"resume/prompts_lost": 8.0, "resume/prompts_replayed": 0.0}  # 16-24 skipped
+    resumed = PromptLedger(ledger.state_dict())
+    assert resumed.trained((28, 36)) == {"resume/prompts_lost": 8.0, "resume/prompts_replayed": 4.0}  # 28-32 again
+    assert resumed.trained((36, 44))["resume/prompts_replayed"] == 4.0
+
+
+def test_selector_positions_count_every_prompt_drawn():
+    """position(): the prompts drawn so far, whatever the selector: a sequential one's short last batch of an epoch
+    and a new epoch's first, a random one's draws with replacement."""
+    from astuner.data.selector import RandomSelector, ShuffleSelector
+    from astuner.schema import Task
+
+    tasks = [Task(task_id=str(i), main_query="q") for i in range(10)]
+    for selector in (ShuffleSelector(tasks, 3), RandomSelector(tasks, 3)):
+        before = []
+        for _ in range(5):
+            before.append(selector.position())
+            selector.next_batch(4)
+        assert before == ([0, 4, 8, 10, 14] if isinstance(selector, ShuffleSelector) else [0, 4, 8, 12, 16])
+
+
+KILL_AT = '''
+import os, signal
+from astuner import ModelTuner, Workflow, WorkflowOutput, WorkflowTask
+
+_episodes = []
+
+
+class DigitOrDie(Workflow):
+    """The tiny demo's agent; SIGKILL when this process has started KILL_AT episodes."""
+
+    async def execute(self, workflow_task: WorkflowTask, model_tuner: ModelTuner) -> WorkflowOutput:
+        _episodes.append(1)
+        if len(_episodes) == int(os.environ.get("KILL_AT", "0")):
+            os.kill(os.getpid(), signal.SIGKILL)
+        reply = await model_tuner([{"role": "user", "content": workflow_task.task.main_query}])
+        text = "".join(block.get("text", "") for block in reply.content if block["type"] == "text")
+        return WorkflowOutput(reward=None, metadata={"final_answer": text})
+'''
+
+
+@pytest.mark.parametrize("on_stale", ["wait", "drop"])
+def test_kills_at_ten_random_points_lose_and_replay_no_prompt(tmp_path, on_stale):
+    """kill -9 at 10 random points (episodes in flight, steps rolled out ahead, the learner anywhere in its step),
+    --resume after each: every step trains the tasks the uninterrupted run trains at that step, each prompt once
+    (resume/prompts_lost and resume/prompts_replayed 0); under wait, the same metric rows as the uninterrupted run."""
+    import random
+
+    (tmp_path / "die.py").write_text(KILL_AT)
+    steps, per_step = 24, 4 * 4  # episodes per step: 4 tasks x 4
+    args = [sys.executable, "-m", "astuner", "--conf", str(REPO_ROOT / TINY), f"astuner.model.path={tmp_path / 'm'}",
+            f"astuner.rollout.agentscope_workflow={tmp_path / 'die.py'}->DigitOrDie",
+            f"astuner.trainer_common.total_training_steps={steps}", "astuner.trainer_common.test_freq=-1",
+            "astuner.trainer_common.val_before_train=false", "astuner.trainer_common.save_freq=1",
+            "astuner.data.train_batch_size=4", "astuner.rollout.num_repeat=4",
+            "astuner.trainer_common.off_policy.max_staleness=2", f"astuner.trainer_common.off_policy.on_stale={on_stale}",
+            f"astuner.task_reader.dataset_file.training.file_path={REPO_ROOT / 'tutorial/example_tiny_cpu/train.jsonl'}",
+            f"astuner.task_reader.dataset_file.validation.file_path={REPO_ROOT / 'tutorial/example_tiny_cpu/val.jsonl'}"]
+
+    def astuner(exp: str, *extra: str, kill_at: int = 0) -> subprocess.CompletedProcess:
+        return subprocess.run(args + ["--exp-dir", str(tmp_path / exp), *extra], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=900, env={**os.environ, "KILL_AT": str(kill_at)})
+
+    whole = astuner("whole")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    draws = random.Random(on_stale)
+    kills = 0
+    while kills < 10:
+        # a life starts the 3 steps the schedule lets it roll out at once, then one more per step trained: killed
+        # within its first 6 steps, before, during or after a checkpoint, with steps in flight
+        life = astuner("cut", *(["--resume"] if kills else []), kill_at=draws.randint(per_step, 6 * per_step))
+        if life.returncode == 0:  # it finished before its kill point: the rest of the kills start it over
+            break
+        assert life.returncode == -9, life.stderr[-3000:]
+        kills += 1
+    if kills:
+        last = astuner("cut", "--resume")
+        assert last.returncode == 0, last.stderr[-3000:]
+    assert kills == 10
+    resumed_at = re.findall(r"resumed from .*global_step_(\d+)", last.stderr)
+    assert resumed_at and int(resumed_at[0]) >= 5, last.stderr[-2000:]  # the killed lives trained steps
+    run, reference = tmp_path / "cut" / "tiny_cpu", tmp_path / "whole" / "tiny_cpu"
+
+    def rows(root: Path) -> list[dict]:
+        return [json.loads(line) for line in (root / "metrics.jsonl").read_text().splitlines()]
+
+    def tasks(root: Path) -> list[list[str]]:
+        return [[e["task_id"] for e in map(json.loads, (root / "trajectories" / f"step_{step}.jsonl").read_text()
+                                            .splitlines())] for step in range(1, steps + 1)]
+
+    assert [r["step"] for r in rows(run)] == list(range(1, steps + 1))
+    assert all(r["resume/prompts_lost"] == 0 and r["resume/prompts_replayed"] == 0 for r in rows(run))
+    assert tasks(run) == tasks(reference)
+    if on_stale == "wait":
+        def steady(r: dict) -> dict:
+            return {k: v for k, v in r.items() if not k.startswith("perf/") and "wait_s" not in k}
+
+        assert [steady(r) for r in rows(run)] == [steady(r) for r in rows(reference)]

@@ -173,3 +173,25 @@ def test_shared_prefix_length():
     assert shared_prefix_length([base + [1]], 16) == 0  # a single prompt: nothing to share
     assert shared_prefix_length([base[:10] + [1], base[:10] + [2]], 16) == 0  # too short to pay off
     assert shared_prefix_length([[5] + base, base], 16) == 0
+
+
+def test_a_seeded_request_samples_the_same_tokens_whatever_it_is_batched_with(engine, tokenizer):
+    """A request's own seed: its tokens and log-probs do not depend on the other rows of its batch, on their order,
+    nor on what the engine's generator drew before (thread timing decides all three in a run)."""
+    mine = prompt(tokenizer, "Tell me about sensors and their readings")
+    others = [prompt(tokenizer, f"question number {i} about something else") for i in range(5)]
+    seeded = SamplingParams(temperature=1.0, top_p=0.9, max_tokens=16, seed=1234)
+    plain = SamplingParams(temperature=1.0, top_p=0.9, max_tokens=16)
+
+    async def batch(order):
+        return await asyncio.gather(*[engine.generate(p, seeded if p is mine else plain) for p in order])
+
+    alone = asyncio.run(engine.generate(mine, seeded))
+    engine.generator.manual_seed(99)
+    first = asyncio.run(batch([mine, *others]))[0]
+    engine.generator.manual_seed(7)
+    last = asyncio.run(batch([*others[:3], mine]))[-1]
+    assert alone.token_ids == first.token_ids == last.token_ids and len(alone.token_ids) > 3
+    assert first.logprobs == pytest.approx(alone.logprobs, abs=2e-4)
+    other_seed = asyncio.run(engine.generate(mine, SamplingParams(1.0, 0.9, 16, seed=4321)))
+    assert other_seed.token_ids != alone.token_ids  # the seed is what chose them
