@@ -18,3 +18,8 @@ def say(note: str, logger: Any) -> None:
 def shown(note: str) -> str:
     """`note` as a dry run prints it."""
     return f"WARNING: {note}" if isinstance(note, WarningNote) else note
+
+
+def for_backbone(notes: list[str], backbone: str) -> list[str]:
+    """The notes as `backbone` says them: on trinity a Trinity schedule is the file's own setting (INFO)."""
+    return [str(note) for note in notes] if backbone == "trinity" else list(notes)

@@ -143,10 +143,9 @@ class OffPolicyConfig:
         None, "The rollouts run this many steps ahead of training (Trinity-RFT's synchronizer.sync_offset); null = "
         "max_staleness - (sync_interval - 1), or 0.", ge=0, backbones=NOT_VERL)
     anchor: str = key(
-        "behaviour", "Around which policy PPO's clip is when samples lag: behaviour — the weights that sampled each "
-        "token (their recorded log-probs; Trinity-RFT's off-policy loss), so the updates since cannot push a token "
-        "further than the clip range from where its data came from; learner — decoupled PPO: the clip around the "
-        "learner's weights before the step, each token weighted by pi_old / pi_behaviour capped at is_cap.",
+        "learner", "Around which policy PPO's clip is when samples lag: learner — decoupled PPO: the clip around the "
+        "learner's weights before the step, each token weighted by pi_old / pi_behaviour capped at is_cap; behaviour "
+        "— the weights that sampled each token (their recorded log-probs; Trinity-RFT's off-policy loss).",
         choices=ANCHORS, backbones=DEBUG)
     is_cap: float = key(
         2.0, "Truncated importance sampling with anchor learner: each token's weight pi_old / pi_behaviour (the "

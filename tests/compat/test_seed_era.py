@@ -123,6 +123,8 @@ def test_a_seed_era_tutorial_runs_on_debug_as_written(tmp_path, tiny_model_dir, 
     assert saved["astuner"]["trainer_common"]["off_policy"]["sync_offset"] == 1
     assert "sync_offset" not in saved["trinity"]["synchronizer"]
     assert [r["off_policy/version_lag"] for r in rows if "off_policy/version_lag" in r] == [0, 1]
+    said = [line for line in (proc.stdout + proc.stderr).splitlines() if "trinity.synchronizer.sync_offset 1" in line]
+    assert len(said) == 1 and "WARNING" in said[0] and "max_staleness=0 keeps it synchronous" in said[0]
 
 
 def test_the_seed_systems_import_paths_still_import():
@@ -204,3 +206,26 @@ def test_a_trinity_subtrees_schedule_is_astuners_and_may_not_contradict_it(tmp_p
     with pytest.raises(ConfigError, match=r"^trinity.synchronizer.sync_interval 2 and astuner.trainer_common.off_policy"
                                           r".sync_interval 4 disagree"):
         load_run_config(path, ["astuner.trainer_common.off_policy.sync_interval=4"])
+
+
+def test_a_trinity_subtrees_schedule_that_rolls_out_ahead_is_a_warning_and_max_staleness_0_keeps_a_run_in_step(
+        tmp_path, tiny_model_dir):
+    """A migrating user gets the off-policy mode from the seed file's `sync_offset: 1` only with a WARNING line naming
+    the key that turns it off; that key, set, leaves the subtree's schedule unread (said in a line). On trinity the
+    line is the file's own setting: INFO."""
+    from astuner.config.notes import WarningNote, for_backbone
+
+    path = template(tmp_path, tiny_model_dir)
+    path.write_text(path.read_text() + "trinity:\n  synchronizer: {sync_offset: 1}\n")
+    run = load_run_config(path)
+    assert run.astuner.trainer_common.off_policy.sync_offset == 1
+    warning = run.notes[-1]
+    assert isinstance(warning, WarningNote) and "this run is off-policy, its samples up to 1 version(s) older" in warning
+    assert warning.endswith("astuner.trainer_common.off_policy.max_staleness=0 keeps it synchronous")
+    synchronous = load_run_config(path, ["astuner.trainer_common.off_policy.max_staleness=0"])
+    assert synchronous.astuner.trainer_common.off_policy.sync_offset is None
+    assert "sync_offset" not in synchronous.merged["trinity"]["synchronizer"]
+    assert not isinstance(synchronous.notes[-1], WarningNote) and "not read" in synchronous.notes[-1]
+    assert for_backbone(run.notes, "debug")[-1] is warning
+    on_trinity = for_backbone(run.notes, "trinity")[-1]
+    assert on_trinity == warning and not isinstance(on_trinity, WarningNote)

@@ -86,7 +86,7 @@ def test_k2_run_trains_samples_at_most_two_versions_old(tmp_path, capsys, monkey
         assert sum(histogram) == histogram[lag] == r["rollout/episodes"]  # one sample per episode here
         assert r["off_policy/dropped_samples"] == 0 and r.get("off_policy/is_weight_mean", 1.0) > 0
         seen.add(lag)
-    assert seen == {0, 1, 2} and any("actor/pg_loss" in r for r in steps)  # a step with an update
+    assert seen == {0, 1, 2} and any("off_policy/is_weight_mean" in r for r in steps)  # a step with an update
     assert "val/reward_mean" in rows[-1]
 
 
@@ -183,6 +183,45 @@ def test_truncated_importance_weight_scales_the_loss_and_is_capped(tiny_model_di
     assert same["actor/pg_loss"] == pytest.approx(plain["actor/pg_loss"], rel=1e-3)
     assert stale["off_policy/is_weight_mean"] == pytest.approx(4.0, rel=1e-3) and stale["off_policy/is_capped_frac"] == 1
     assert stale["actor/pg_loss"] == pytest.approx(2 * plain["actor/pg_loss"], rel=1e-3)
+
+
+@pytest.mark.parametrize("anchor", ["behaviour", "learner"])
+def test_the_behaviour_anchor_does_not_push_a_token_past_the_clip_from_the_weights_that_sampled_it(
+        tiny_model_dir, tokenizer, anchor):
+    """Samples whose tokens the learner's weights already favour e^0.5 more than the weights that sampled them (as
+    after the updates since: the lag): with the clip around the behaviour policy a positive advantage pushes them no
+    further (every token clipped: the weights stay), a negative one still pulls them back; decoupled PPO (anchor
+    learner) clips around the learner's own weights and pushes them further up. The late collapse of off-policy runs
+    (a repetition the updates since had already made likelier, pushed further before its samples arrived) came from
+    the latter."""
+    import copy
+    import math
+
+    from astuner.backbone.debug.policy import PolicyTrainer
+    from astuner.config.schema_trainer import TrainerCommonConfig
+    from tests.backbone.debug_backbone.test_policy import rollout_samples
+
+    model, samples = rollout_samples(tiny_model_dir, tokenizer)
+    cfg = TrainerCommonConfig()
+    cfg.optim.weight_decay, cfg.mini_batch_num = 0.0, 2  # the learner's log-probs recomputed, as in the main job
+
+    def moved(advantage: float) -> tuple[float, dict]:
+        own = copy.deepcopy(model)
+        batch = [copy.deepcopy(s) for s in samples]
+        for s in batch:
+            s.advantage = advantage
+            s.logprobs = [lp - 0.5 for lp in s.logprobs]  # the behaviour policy: e^0.5 less likely than the learner
+        metrics = PolicyTrainer(own, tokenizer.pad_token_id, cfg).update(batch, 0.8, 2.0, anchor)
+        change = max(float((a - b).abs().max()) for a, b in zip(own.parameters(), model.parameters()))
+        return change, metrics
+
+    up, up_metrics = moved(1.0)
+    down, _ = moved(-1.0)
+    assert down > 0  # pulled back from where the updates since took it: the dual clip lets that through
+    if anchor == "behaviour":
+        assert up == 0 and up_metrics["actor/clip_frac"] == 1.0 and "off_policy/is_weight_mean" not in up_metrics
+    else:
+        assert up > 0 and up_metrics["off_policy/is_weight_mean"] == pytest.approx(math.exp(0.5), rel=1e-3)
 
 
 class FakeRollouts:
@@ -355,3 +394,29 @@ def test_kills_at_ten_random_points_lose_and_replay_no_prompt(tmp_path, on_stale
             return {k: v for k, v in r.items() if not k.startswith("perf/") and "wait_s" not in k}
 
         assert [steady(r) for r in rows(run)] == [steady(r) for r in rows(reference)]
+
+
+def test_the_same_weights_validate_to_the_same_number_synchronous_or_off_policy(tmp_path, capsys, monkeypatch):
+    """Validation is reproducible: the initial weights validate to the same figures in a synchronous run and in an
+    off-policy one (whose rollouts run in a thread beside the learner, on engines of their own), and step 1, rolled
+    out on those weights in both, samples the same episodes."""
+    monkeypatch.chdir(REPO_ROOT)
+
+    def run(k: int) -> tuple[list[dict], list[tuple[str, str]]]:
+        exp = tmp_path / f"k{k}"
+        code, _, err = run_cli(["--conf", TINY, "--exp-dir", str(exp), f"astuner.model.path={tmp_path / 'm'}",
+                                "astuner.trainer_common.total_training_steps=2", "astuner.trainer_common.test_freq=-1",
+                                "astuner.trainer_common.save_freq=-1", "astuner.rollout.val_kwargs.temperature=1.0",
+                                f"astuner.trainer_common.off_policy.max_staleness={k}"], capsys)
+        assert code == 0, err
+        root = exp / "tiny_cpu"
+        episodes = [(e["episode_uuid"], e["response"]) for e in map(json.loads, (root / "trajectories" /
+                                                                                 "step_1.jsonl").read_text().splitlines())]
+        return [json.loads(line) for line in (root / "metrics.jsonl").read_text().splitlines()], episodes
+
+    (sync, sync_episodes), (ahead, ahead_episodes) = run(0), run(1)
+    assert [r["step"] for r in sync] == [r["step"] for r in ahead] == [0, 1, 2]
+    validation = ("val/reward_mean", "val/success_rate")
+    assert {k: sync[0][k] for k in validation} == {k: ahead[0][k] for k in validation}
+    assert sync_episodes == ahead_episodes and len({reply for _, reply in sync_episodes}) > 10  # sampled, not alike
+    assert sync[1]["reward/mean"] == ahead[1]["reward/mean"] and sync[1]["reward/std"] == ahead[1]["reward/std"]
