@@ -155,6 +155,22 @@ def test_a_key_without_astuner_meaning_is_refused_on_debug_and_verl_naming_it(ba
     assert f"which the {backbone} backbone cannot honour" in message and 'backbone="trinity"' in message
 
 
+@pytest.mark.parametrize("backbone", ["debug", "verl", "trinity"])
+def test_a_trinity_schedule_that_rolls_out_ahead_is_a_warning_off_trinity(backbone):
+    """A Trinity file's sync_interval / sync_offset keep their meaning; on debug and verl, where the user may not
+    expect an off-policy run, one WARNING line says so with the file's keys that keep it synchronous."""
+    warnings = translation({"synchronizer": {"sync_interval": 2, "sync_offset": 1}}, backbone).warnings
+    if backbone == "trinity":
+        assert warnings == []
+    else:
+        assert warnings == [f"t.yaml: synchronizer.sync_interval 2, sync_offset 1: this {backbone} run is off-policy, "
+                            f"its samples up to 2 version(s) older than the weights they train (docs/off_policy.md); "
+                            f"sync_interval 1 and sync_offset 0 in that file keep it synchronous"]
+    assert translation({"synchronizer": {"sync_interval": 1}}, backbone).warnings == []
+    assert translation({"synchronizer": {"sync_offset": 1}, "astuner": {"trainer_common": {"off_policy": {
+        "max_staleness": 0}}}}, backbone).warnings == []
+
+
 def translation(extra: dict, backbone: str = "debug") -> tc.Translation:
     return tc.translate(deep_merge(MINIMAL, extra), backbone=backbone, source="t.yaml")
 

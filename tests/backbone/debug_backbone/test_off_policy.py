@@ -63,6 +63,28 @@ def test_a_contradicting_schedule_and_another_engine_are_refused_at_dry_run(tmp_
     assert not (tmp_path / "tiny_cpu").exists()
 
 
+def test_off_policy_keys_that_change_nothing_are_said_at_dry_run(tmp_path, capsys, monkeypatch):
+    """on_stale, anchor and is_cap do nothing in a synchronous run, nor is_cap where the clip is around the behaviour
+    policy: each said in one WARNING line; a trace store trained by policy gradient reads is_cap, so it is not."""
+    monkeypatch.chdir(REPO_ROOT)
+    base = ["--conf", TINY, "--exp-dir", str(tmp_path), "--dry-run", f"astuner.model.path={tmp_path / 'm'}"]
+    key = "astuner.trainer_common.off_policy"
+
+    def warnings(*overrides: str) -> list[str]:
+        code, _, err = run_cli(base + list(overrides), capsys)
+        assert code == 0, err
+        return [line for line in err.splitlines() if "WARNING" in line and key in line]
+
+    assert warnings(f"{key}.max_staleness=0", f"{key}.on_stale=drop", f"{key}.is_cap=3") == [
+        f"astuner: WARNING: {key}: on_stale drop, is_cap 3 (max_staleness 0: every sample is on-policy): set, and "
+        f"changing nothing in this configuration (docs/off_policy.md)"]
+    assert len(warnings(f"{key}.anchor=behaviour")) == 1
+    assert "is_cap 3 (anchor behaviour clips instead of weighing)" in warnings(
+        f"{key}.max_staleness=1", f"{key}.anchor=behaviour", f"{key}.is_cap=3")[0]
+    assert warnings(f"{key}.max_staleness=1", f"{key}.is_cap=3", f"{key}.on_stale=drop") == []
+    assert warnings() == []
+
+
 def test_k2_run_trains_samples_at_most_two_versions_old(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(REPO_ROOT)
     code, _, err = run_cli(["--conf", TINY, "--exp-dir", str(tmp_path), f"astuner.model.path={tmp_path / 'm'}",
@@ -189,11 +211,10 @@ def test_truncated_importance_weight_scales_the_loss_and_is_capped(tiny_model_di
 def test_the_behaviour_anchor_does_not_push_a_token_past_the_clip_from_the_weights_that_sampled_it(
         tiny_model_dir, tokenizer, anchor):
     """Samples whose tokens the learner's weights already favour e^0.5 more than the weights that sampled them (as
-    after the updates since: the lag): with the clip around the behaviour policy a positive advantage pushes them no
-    further (every token clipped: the weights stay), a negative one still pulls them back; decoupled PPO (anchor
-    learner) clips around the learner's own weights and pushes them further up. The late collapse of off-policy runs
-    (a repetition the updates since had already made likelier, pushed further before its samples arrived) came from
-    the latter."""
+    after the updates since: the lag): with the clip around the behaviour policy (Trinity-RFT's loss) a positive
+    advantage pushes them no further (every token clipped: the weights stay), a negative one still pulls them back;
+    decoupled PPO (anchor learner) clips around the learner's own weights, pushes them further up, and weighs each
+    token by pi_old / pi_behaviour (here e^0.5, under the cap)."""
     import copy
     import math
 
