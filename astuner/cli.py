@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from astuner.config.notes import shown
 from astuner.cli_args import OneLineParser, run_command, say_error
+from astuner.config.notes import shown
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USER, EXIT_INTERRUPTED = 0, 1, 2, 130
 

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from astuner.config.notes import WarningNote, for_backbone
+from astuner.config.notes import WarningNote
 from astuner.config.sync_schedule import idle_keys
 from astuner.errors import DataError, Found, RunDirError
 
@@ -182,7 +182,7 @@ def preflight(run_config: Any, exp_dir: Path, offline: bool, backbone: Any = Non
     if own.sound("astuner.trainer_common.logger"):
         own.attempt(check_installed, cfg.trainer_common.logger)
     offline = offline or bool(own)  # a run refused already is not kept waiting for the hub: checked offline
-    notes: list[str] = for_backbone(run_config.notes, backbone.name if backbone is not None else "")  # seed keys
+    notes: list[str] = list(run_config.notes)  # the seed system's keys, as read
     if own.sound("astuner.task_reader"):
         notes.append(own.attempt(check_tasks, cfg, roots, offline)[1] or "")
     if cfg.trainer_common.traces.store and own.sound("astuner.trainer_common.traces"):

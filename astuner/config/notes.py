@@ -7,7 +7,8 @@ from typing import Any
 
 
 class WarningNote(str):
-    """A note said at WARNING level: a seed file's or a Trinity file's schedule making a run off-policy."""
+    """A note said at WARNING level: a seed file's Trinity schedule making a run off-policy, keys set that change
+    nothing in the configuration."""
 
 
 def say(note: str, logger: Any) -> None:
@@ -19,7 +20,3 @@ def shown(note: str) -> str:
     """`note` as a dry run prints it."""
     return f"WARNING: {note}" if isinstance(note, WarningNote) else note
 
-
-def for_backbone(notes: list[str], backbone: str) -> list[str]:
-    """The notes as `backbone` says them: on trinity a Trinity schedule is the file's own setting (INFO)."""
-    return [str(note) for note in notes] if backbone == "trinity" else list(notes)
