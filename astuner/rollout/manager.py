@@ -155,10 +155,12 @@ class RolloutManager:
     async def run(self, tasks: list[Task], mode: str = "train", num_repeat: Optional[int] = None,
                   tag: Optional[str] = None, check_error_rate: bool = True,
                   sampling: Optional[SamplingParams] = None,
-                  on_episode: Optional[Any] = None) -> RolloutBatch:
+                  on_episode: Optional[Any] = None, draws: Optional[str] = None) -> RolloutBatch:
         """Roll out every task `num_repeat` times (default: rollout.num_repeat, or val_kwargs.num_repeat).
         With a `tag` (unique per run and step) episode ids are derived from it, so a rerun is identical.
-        `on_episode(result)` is called as each episode ends (its retries done): progress."""
+        `on_episode(result)` is called as each episode ends (its retries done): progress. Each episode samples from
+        a seed of its own: from the run's seed (or `sampling`'s) and `draws` (the step's key within the run, such as
+        "train:3": the same draws whatever the run is named) with the episode's place, else its id (with a tag)."""
         ro = self.cfg.rollout
         repeats = num_repeat or (ro.val_kwargs.num_repeat if mode == "val" else ro.num_repeat)
         sampling = sampling or self.sampling(mode)
@@ -171,7 +173,18 @@ class RolloutManager:
             again = f":retry{attempt}" if attempt else ""
             return uuid.uuid5(uuid.NAMESPACE_URL, f"astuner:{tag}:{i}:{task.task_id}:{r}{again}").hex
 
-        jobs = [self._attempts(task, r, lambda attempt, i=i, task=task, r=r: episode_id(i, task, r, attempt),
+        base = ro.seed if sampling.seed is None else sampling.seed
+
+        def episode(i: int, task: Task, r: int, attempt: int) -> tuple[str, Optional[int]]:
+            """The episode's id and its sampling seed: its draws do not depend on which episodes an engine batches
+            it with, nor on what the engine sampled before (thread timing). Without a tag (ids drawn at random)
+            nor `draws`, the seed given, if any: none draws from the engine's generator."""
+            uid = episode_id(i, task, r, attempt)
+            if draws is None and tag is None:
+                return uid, sampling.seed
+            return uid, derived_seed(base, uid if draws is None else f"{draws}:{i}:{task.task_id}:{r}:{attempt}")
+
+        jobs = [self._attempts(task, r, lambda attempt, i=i, task=task, r=r: episode(i, task, r, attempt),
                                sampling, limit, stats, on_episode)
                 for i, task in enumerate(tasks) for r in range(repeats)]
         with objects_frozen():  # no full garbage-collector pass over the whole process stops the loop meanwhile
@@ -204,7 +217,8 @@ class RolloutManager:
         ro = self.cfg.rollout
         retries = ro.episode_retries if ro.failure_reward is None else 0
         for attempt in range(retries + 1):
-            result = await self._episode(task, repeat_index, ids(attempt), sampling, limit, stats)
+            episode_uuid, seed = ids(attempt)
+            result = await self._episode(task, repeat_index, episode_uuid, replace(sampling, seed=seed), limit, stats)
             result.attempts = attempt + 1
             if not result.failed or result.row_problem is not None:
                 break
@@ -246,10 +260,6 @@ class RolloutManager:
             result = EpisodeResult(task=task, repeat_index=repeat_index, episode_uuid=episode_uuid)
             started = time.perf_counter()
             result.recorder.label = f"{episode_uuid} (task {task.task_id}, repeat {repeat_index})"
-            # the episode's own sampling seed (each call's from it and its index): its draws do not depend on
-            # which episodes an engine batches it with, nor on what the engine sampled before (thread timing)
-            sampling = replace(sampling, seed=derived_seed(ro.seed if sampling.seed is None else sampling.seed,
-                                                           episode_uuid))
             tuner = (self.tuner or ModelTuner)(
                 self.engine, self.tokenizer, sampling, ro.max_model_len, result.recorder,
                 trainable_targets=self.trainable_targets, chat_template_kwargs=ro.chat_template_kwargs,

@@ -57,7 +57,8 @@ class RolloutSource:
         then the operators; their feedback goes to `feedback` (default: the selector's, before the next step's
         tasks are drawn)."""
         t0 = time.perf_counter()
-        batch = await (manager or self.manager).run(tasks, "train", tag=f"{self.experiment}:train:{step}")
+        batch = await (manager or self.manager).run(tasks, "train", tag=f"{self.experiment}:train:{step}",
+                                                    draws=f"train:{step}")
         rollout_s = time.perf_counter() - t0
         for sample in batch.samples:
             sample.policy_version = version
@@ -68,7 +69,7 @@ class RolloutSource:
                               epoch, version, drawn)
 
     def validate(self, tasks: list[Any], step: int, label: Optional[str] = None) -> dict[str, float]:
-        batch = self.run_async(self.manager.run(tasks, "val", tag=f"{self.experiment}:val:{step}"))
+        batch = self.run_async(self.manager.run(tasks, "val", tag=f"{self.experiment}:val:{step}", draws=f"val:{step}"))
         groups = batch.groups()
         out = {"val/reward_mean": batch.metrics["reward/mean"], "val/success_rate": batch.metrics["reward/success_rate"],
                "val/error_rate": batch.metrics["rollout/error_rate"]}

@@ -38,9 +38,10 @@ def test_debug_backbone_trains_the_tool_using_agent(warm_model, tmp_path, monkey
     root = tmp_path / "tool_debug"
     rows = {r["step"]: r for r in map(json.loads, (root / "metrics.jsonl").read_text().splitlines())}
     assert set(rows) == {1, 2}
-    for step in (1, 2):
+    assert rows[1]["rollout/calls_per_episode"] >= 1.5  # the warm-started agent calls the tool, then answers (mostly)
+    for step in (1, 2):  # (after the first update, lr 1e-3 and an entropy bonus, it may stop calling: not asserted)
         m = rows[step]
-        assert m["rollout/calls_per_episode"] >= 1.5  # the agent calls the tool, then answers (mostly)
+        assert m["rollout/calls_per_episode"] >= 1.0
         assert m["rollout/merge_ratio"] == 1.0 and m["rollout/samples_per_episode"] == 1.0  # one sample each
         assert m["actor/micro_batches"] > 2 * 2  # 2 epochs × 2 mini-batches, each in several micro-batches
         assert m["actor/grad_norm"] > 0
