@@ -7,8 +7,9 @@ then publishes its new weights (a snapshot of the trainable ones). An engine tak
 only, when a step starts on it:
 
 - `wait`: step t is rolled out on exactly version `schedule.version_for(t)`; the producer waits for it when the
-  learner is behind. Which weights roll out which step is a schedule, not a race, and every step's sampling is
-  seeded by the step: the run is reproducible, and its checkpoints resume it exactly (below).
+  learner is behind. Which weights roll out which step is a schedule, not a race, and every episode samples from
+  a seed of its own (the step and its place in it): the run is reproducible, and its checkpoints resume it exactly
+  (below).
 - `drop`: each step takes the newest version published when it starts (fresher than `wait`'s schedule when the
   learner keeps up); a step starts only while that version is within `bound` of the learner's version that will
   train it (`step - 1`), so the producer runs at most `bound + 1` steps ahead of the learner's *published* weights
