@@ -216,6 +216,7 @@ def _backbone_notes(run_config: Any, backbone: Any, found: Found, model_ok: bool
         return notes
     if cfg.policies and refusal(backbone.name, "several_policies") is None:
         notes.append(found.attempt(policies_note, cfg, run_config.extra_roots)[1])
+    notes += backbone.notes(run_config)
     unread = unread_by(cfg, backbone.name)
     if unread:  # the declaration says which backbones read each key (docs/configuration.md)
         notes.append(f"set but not read by the {backbone.name} backbone (no effect there): {', '.join(unread)}")

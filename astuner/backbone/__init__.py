@@ -55,6 +55,10 @@ class Backbone(Protocol):
         """Before launch: one line on what the machine gives the run, or None; `ConfigError` naming the key
         for what the machine cannot honour."""
 
+    def notes(self, config: "RunConfig") -> list[str]:
+        """Lines on keys this backbone reads its own way (a `WarningNote` is said at WARNING), at --dry-run and at
+        the start of a run."""
+
     def check_resume(self, config: "RunConfig", checkpoints: Any) -> None:
         """Before `--resume` touches the run folder: UserError naming the key the newest complete checkpoint under
         `checkpoints` contradicts (its layout, LoRA or not, the adapter's settings)."""

@@ -33,7 +33,9 @@ def machine_plan(run: Any, engines_of: Callable[[bool, int], tuple[str, int]]) -
 
         check_gpu_kv_cache(run, model, gpu_memory())
         return f"machine: {tc.nnodes} node(s) × {count} GPU(s) per node ({source}); {what}"
-    from astuner.backbone.vllm_memory import check_cpu_memory
+    from astuner.backbone.vllm_memory import check_cpu_head_sizes, check_cpu_memory
+
+    check_cpu_head_sizes(run, model)
 
     free = available_memory()
     plan = check_cpu_memory(run, model, engines=engines, available=free)

@@ -73,3 +73,31 @@ def check_lora(lora: Any, backbone: str, library: str) -> None:
     if not float(lora.alpha).is_integer():
         raise ConfigError(f"astuner.model.lora.alpha {lora.alpha} cannot be honoured by {library} (its lora_alpha is an "
                           f"integer); use a whole number for --backbone {backbone}")
+
+
+def named_keys(message: str, translated: dict[str, Any], prefix: str, given: Optional[dict[str, Any]] = None) -> str:
+    """` (prefix.a.b: value, ...)`: for each key name a library's message gives (`use_remove_padding`,
+    `ppo_mini_batch_size`, ...), where the translated config sets it, the way the user sets it (`prefix`: where it
+    goes in an astuner YAML): the paths the user's own keys (`given`) set, else the shortest one; '' when none.
+    Sequence parallelism is named by its key when the message speaks of it in words."""
+    import re
+
+    def leaves(tree: Any, path: str) -> list[tuple[str, Any]]:
+        if not isinstance(tree, dict):
+            return [(path, tree)]
+        return [leaf for k, v in tree.items() for leaf in leaves(v, f"{path}.{k}" if path else str(k))]
+
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", message))
+    if "sequence parallelism" in message:
+        words.add("ulysses_sequence_parallel_size")
+    own = {path for path, _ in leaves(given or {}, "")}
+    by_name: dict[str, list[tuple[str, Any]]] = {}
+    for path, value in leaves(translated, ""):
+        name = path.rsplit(".", 1)[-1]
+        if "_" in name and name in words:
+            by_name.setdefault(name, []).append((path, value))
+    found = []
+    for paths in by_name.values():
+        chosen = [p for p in paths if p[0] in own] or [min(paths, key=lambda p: p[0].count("."))]
+        found += [f"{prefix}{path}: {value}" for path, value in chosen]
+    return f" ({', '.join(found[:4])})" if found else ""

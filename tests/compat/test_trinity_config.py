@@ -332,13 +332,14 @@ def test_trinity_defaults_and_weight_sync_are_taken_on_debug():
 
 def test_trinitys_step_size_reaches_trinity_only_where_astuner_can_pad_to_it():
     """buffer.train_batch_size: at Trinity's own value (batch_size × repeat_times) it changes nothing; on trinity a
-    larger one is Trinity's, one below what a step can yield (astuner pads each step to that) is refused."""
+    larger one is Trinity's (each episode its share of it), one below a sample of each episode is refused."""
     assert "trinity" not in translated({"buffer": {"train_batch_size": 4}}, backbone="trinity")
-    assert translated({"buffer": {"train_batch_size": 64}}, backbone="trinity")["trinity"] == {
-        "buffer": {"train_batch_size": 64}}
-    with pytest.raises(UserError, match=re.escape("buffer.train_batch_size: 8 is below what one explorer step can "
-                                                  "yield (batch_size × repeat_times × 4 samples per episode")):
-        translated({"buffer": {"train_batch_size": 8}}, backbone="trinity")
+    for size in (8, 64):
+        assert translated({"buffer": {"train_batch_size": size}}, backbone="trinity")["trinity"] == {
+            "buffer": {"train_batch_size": size}}
+    with pytest.raises(UserError, match=re.escape("buffer.train_batch_size: 3 holds less than one sample of each of "
+                                                  "an explorer step's episodes (batch_size × repeat_times = 4)")):
+        translated({"buffer": {"train_batch_size": 3}}, backbone="trinity")
 
 
 def test_arguments_replace_the_keys_they_name():
@@ -590,7 +591,7 @@ def test_continue_from_checkpoint_false_starts_a_new_run_beside_the_old(dataset,
     monkeypatch.chdir(tmp_path)
     ran = []
     recording = types.SimpleNamespace(name="debug", uses_ray=False, records_tokens=True, check_available=lambda: None,
-                                      plan=lambda config: None, run=ran.append)
+                                      plan=lambda config: None, notes=lambda config: [], run=ran.append)
     monkeypatch.setattr(astuner.backbone, "load_backbone", lambda name: recording)
     old = tmp_path / "checkpoints" / "p" / "run1"
     old.mkdir(parents=True)
@@ -801,3 +802,60 @@ def test_the_reverse_table_names_declared_keys():
     assert len(targets) > 30
     undeclared = {t for t in targets if t not in keys and t.rsplit(".", 1)[0] not in keys}
     assert not undeclared, undeclared
+
+
+def trinity_run(tmp_path, extra: dict, astuner: dict):
+    """A Trinity file through tune()'s route on backbone trinity (tune()'s defaults under it), as the run loads it."""
+    from astuner.api import tune_rewrites
+    from astuner.config import load_run_config
+
+    t = tc.translate(deep_merge(MINIMAL, extra), backbone="trinity", source="t.yaml")
+    tree = deep_merge(deep_merge({"astuner": tune_rewrites(None, None)}, t.tree), {"astuner": {
+        "rollout": {"agentscope_workflow": "tests.api.test_tune_api->run_react_agent"}, **astuner}})
+    staged = tmp_path / "staged.yaml"
+    staged.write_text(yaml.safe_dump(tree))
+    return load_run_config(staged)
+
+
+@pytest.mark.parametrize("per_step, device, kept", [(None, "cuda", 4), (2048, "cuda", 256), (2048, "cpu", 4)])
+def test_tunes_every_sample_default_on_trinity_keeps_each_episodes_share_of_the_step(tmp_path, per_step, device, kept):
+    """tune()'s max_samples_per_episode=None (every sample) on Trinity used to raise a TypeError (None × the step's
+    episodes). A Trinity trainer step takes a fixed count of experiences, so each episode keeps its share of the step
+    the file sizes (buffer.train_batch_size over the step's 2 × 4 episodes), else 4; the workflow is told its bound,
+    and one WARNING line says it. The CPU mode pads each step to 4 samples an episode, said in one line: without
+    padding removal each padding row of werewolves' 2048 cost a whole sequence, and Ray's workers ran out of memory."""
+    from astuner.backbone.trinity.backbone import BACKBONE
+    from astuner.backbone.trinity.translate import translate_to_trinity
+    from astuner.config.notes import WarningNote
+
+    buffer = {"batch_size": 2, **({"train_batch_size": per_step} if per_step else {})}
+    run = trinity_run(tmp_path, {"buffer": buffer}, {"trainer_common": {"device": device, "n_gpus_per_node": 8}})
+    assert run.astuner.rollout.multi_turn.max_sample_per_task is None
+    final = translate_to_trinity(run, tmp_path / "run")
+    assert final["buffer"]["train_batch_size"] == 8 * kept
+    assert final["buffer"]["explorer_input"]["taskset"]["workflow_args"]["max_samples"] == kept
+    notes = BACKBONE.notes(run)
+    assert isinstance(notes[0], WarningNote) and f"so an episode keeps at most {kept} samples there" in notes[0]
+    adapted = ["trinity.buffer.train_batch_size 2048 runs as 32 in the CPU mode"] if device == "cpu" and per_step else []
+    assert [note.split(":")[0] for note in notes[1:]] == adapted
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_a_gpu_files_sequence_parallelism_runs_as_one_process_in_the_cpu_mode(tmp_path, device):
+    """werewolves' config sets ulysses_sequence_parallel_size 2 (written for 32 GPUs): in the CPU mode Trinity's
+    trainer died inside Ray after the run folder existed. Adapted there with one line each; on GPUs as given."""
+    from astuner.backbone.trinity.backbone import BACKBONE
+    from astuner.backbone.trinity.translate import translate_to_trinity
+
+    extra = {"trainer": {"ulysses_sequence_parallel_size": 2}}
+    run = trinity_run(tmp_path, extra, {"trainer_common": {"device": device, "n_gpus_per_node": 8}})
+    final = translate_to_trinity(run, tmp_path / "run")
+    adapted = [note for note in BACKBONE.notes(run) if "in the CPU mode" in note]
+    if device == "cpu":
+        assert final["trainer"]["ulysses_sequence_parallel_size"] == 1
+        assert final["trainer"]["use_remove_padding"] is False
+        assert final["synchronizer"]["sync_method"] == "checkpoint"
+        assert [note.split(" runs as")[0] for note in adapted] == ["trinity.trainer.ulysses_sequence_parallel_size 2"]
+    else:
+        assert final["trainer"]["ulysses_sequence_parallel_size"] == 2
+        assert adapted == []

@@ -14,6 +14,9 @@ class DebugBackbone:
     def check_available(self) -> None:
         """Its dependencies are astuner's own."""
 
+    def notes(self, config: Any) -> list[str]:
+        return []
+
     def plan(self, config: Any) -> Optional[str]:
         """None: the trainer sizes itself from the model and the device it loads on. Off-policy, what its producer
         (a copy of the one policy, on an hf engine) cannot take is refused here."""

@@ -15,6 +15,7 @@ import yaml
 from loguru import logger
 
 from astuner.backbone.trinity.translate import translate_to_trinity
+from astuner.backbone.translate_common import named_keys
 from astuner.errors import BackboneUnavailable, ConfigError, RunFailed
 
 CONFIG_FILE = "trinity_config.yaml"
@@ -203,11 +204,14 @@ def placement(run: Any, cpu: bool, engines: int, served: list[str]) -> str:
 
 
 def check_with_trinity(config: Any) -> None:
-    """What Trinity-RFT itself checks before a run: its `load_config`, then its full `check_and_update()`
-    (every validator: algorithm, model lengths, GPU allocation, buffer, trainer, ...) on a translation
-    rooted in a temporary folder, since the validators create folders; nothing is left behind. The model
-    validator reads the model's config, so for a model that is not available locally only `load_config`
-    runs, which is said."""
+    """What Trinity-RFT itself checks before a run, and what its trainer's workers check as they start (inside Ray,
+    after the run folder exists): its `load_config`, its full `check_and_update()` (every validator: algorithm,
+    model lengths, GPU allocation, buffer, trainer, ...), then the verl config its trainer builds
+    (`build_verl_config`) through verl's own dataclasses and the actor's `validate` (sequence parallelism without
+    padding removal, micro-batch sizes, ...), on a translation rooted in a temporary folder, since the validators
+    create folders; nothing is left behind. The model validator reads the model's config, so for a model that is
+    not available locally only `load_config` runs, which is said. A problem is one line naming the keys of the
+    translated config it speaks of (what the trinity: subtree, or a Trinity-RFT file, sets)."""
     import tempfile
 
     from trinity.common.config import load_config
@@ -216,7 +220,8 @@ def check_with_trinity(config: Any) -> None:
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "trinity_config.yaml"
-        path.write_text(yaml.safe_dump(translate_to_trinity(config, Path(folder)), sort_keys=False))
+        translated = translate_to_trinity(config, Path(folder))
+        path.write_text(yaml.safe_dump(translated, sort_keys=False))
         try:
             trinity_config = load_config(str(path))
             model = find_user_path(config.astuner.model.path, config.extra_roots)
@@ -226,9 +231,24 @@ def check_with_trinity(config: Any) -> None:
                 return
             trinity_config.model.model_path = str(model)
             trinity_config.check_and_update()
-        except (ValueError, AssertionError) as exc:
-            raise ConfigError(f"Trinity-RFT rejects the translated config: {str(exc).strip().splitlines()[0]}; "
+            check_trainer_workers(trinity_config)
+        except (ValueError, AssertionError, TypeError) as exc:
+            said = " ".join(str(exc).strip().split())
+            raise ConfigError(f"Trinity-RFT rejects the translated config: {said[:300]}{named_keys(said, translated, 'trinity.', config.merged.get('trinity'))}; "
                               f"check the astuner settings it names or the trinity: subtree of your YAML") from None
+
+
+def check_trainer_workers(trinity_config: Any) -> None:
+    """The verl config Trinity's trainer builds, as its workers take it: verl's dataclasses (their `__post_init__`
+    checks) and the actor's `validate` on the trainer's GPUs and step size."""
+    from omegaconf import OmegaConf
+    from trinity.trainer.verl.config import build_verl_config
+    from verl.utils.config import omega_conf_to_dataclass
+
+    verl_config = build_verl_config(trinity_config)
+    gpus = trinity_config.cluster.trainer_gpu_num_per_node * trinity_config.cluster.trainer_node_num
+    actor = omega_conf_to_dataclass(verl_config.actor)
+    actor.validate(max(1, gpus), trinity_config.buffer.train_batch_size, OmegaConf.to_container(verl_config.model))
 
 
 class TrinityBackbone:
@@ -250,6 +270,13 @@ class TrinityBackbone:
     def check_available(self) -> None:
         check_available()
 
+    def notes(self, config: Any) -> list[str]:
+        from astuner.backbone.trinity.translate import adaptation_notes, unbounded_note
+        from astuner.config.notes import WarningNote
+
+        note = unbounded_note(config)
+        return ([WarningNote(note)] if note else []) + adaptation_notes(config)
+
     def plan(self, config: Any) -> Optional[str]:
         from astuner.backbone.plan import machine_plan
         from astuner.backbone.trinity.translate import lora_config
@@ -257,20 +284,21 @@ class TrinityBackbone:
         if config.astuner.model.lora is not None:  # what Trinity's LoRA cannot carry: before the warm start runs
             lora_config(config.astuner.model.lora)
 
-        return machine_plan(config, lambda cpu, count: engines_of(config, cpu))
+        line = machine_plan(config, lambda cpu, count: engines_of(config, cpu))
+        if importlib.util.find_spec("trinity") is not None:  # before the run folder exists, and at --dry-run
+            check_with_trinity(config)
+        return line
 
     def check_resume(self, config: Any, checkpoints: Any) -> None:
         """Trinity-RFT continues from its own checkpoints (continue_from_checkpoint) and checks them itself."""
 
     def dry_run(self, config: Any, root: Any) -> str:
-        """The translation, checked by Trinity-RFT itself when it is installed (`check_with_trinity`)."""
+        """The translation (checked by Trinity-RFT itself in `plan`, when it is installed: `check_with_trinity`)."""
         from astuner.records.run_dir import dump_config
 
         from astuner.backbone.debug.warm_start import planned_model
 
         translated = translate_to_trinity(config, root, model_path=planned_model(config, root))
-        if importlib.util.find_spec("trinity") is not None:
-            check_with_trinity(config)
         return f"# trinity config translated from {config.conf_path}\n" + dump_config(translated)
 
     def run(self, ctx: Any) -> None:

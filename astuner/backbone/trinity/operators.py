@@ -96,4 +96,5 @@ class StepPadding(ExperienceOperator):
 def padding_experience(batch: Any, model_version: int) -> Any:
     """A one-token response after a one-token prompt, masked out, reward 0: it adds no loss term."""
     return Experience(eid=EID(batch=batch, task=PADDING_TASK), tokens=[0, 0], prompt_length=1, logprobs=[0.0],
-                      action_mask=[False], reward=0.0, info={"astuner_padding": True, "model_version": model_version})
+                      action_mask=[False], reward=0.0,
+                      info={"astuner_padding": True, "model_version": model_version, "use_count": 0})

@@ -20,6 +20,7 @@ from astuner.backbone.trinity.resources import trinity_mode
 from astuner.backbone.machine import cpu_mode
 from astuner.backbone.translate_common import auxiliary_folders, check_lora, deep_merge, plugin_roots
 from astuner.config import RunConfig
+from astuner.config.keys import set_path
 from astuner.errors import ConfigError
 from astuner.task_reader import has_validation
 from astuner.model.chat.tool_parser import vllm_tool_parser
@@ -50,7 +51,7 @@ def taskset(name: str, path: Path, split: str, run: RunConfig, mode: str) -> dic
         "repeat_times": ro.val_kwargs.num_repeat if mode == "val" else ro.num_repeat,
         "rollout_args": {"temperature": temperature, "top_p": top_p, "max_tokens": ro.max_response_length_in_one_turn},
         "workflow_args": {"astuner_config": str(path.parent / "config.yaml"), "mode": mode,
-                          "astuner_roots": plugin_roots(run)},
+                          "astuner_roots": plugin_roots(run), "max_samples": samples_per_episode(run)},
     }
     if mode == "train":
         sel = a.task_reader.selector
@@ -218,11 +219,13 @@ def translate_to_trinity(run: RunConfig, root: Path, model_path: Optional[str] =
     pipeline["operators"] = operators
     translated["data_processor"] = {"experience_pipeline": pipeline}
     translated = deep_merge(translated, run.merged.get("trinity") or {})
+    for path, _, value, _ in cpu_adaptations(run):  # what a file written for GPUs sets that the CPU mode cannot run
+        set_path(translated, path, value)
     size = translated["buffer"]["train_batch_size"]
     if size < step_experiences(run):
         raise ConfigError(f"backbone trinity: trinity.buffer.train_batch_size {size} is below what one explorer "
                           f"step can yield ({step_experiences(run)} = astuner.data.train_batch_size × "
-                          f"rollout.num_repeat × rollout.multi_turn.max_sample_per_task); remove it")
+                          f"rollout.num_repeat × the samples an episode keeps, {samples_per_episode(run)}); remove it")
     # first the groups a failed episode left short (rollout.short_group; the failed episodes' markers leave
     # whatever else the trinity: subtree set), last the padding
     operators = list(translated["data_processor"]["experience_pipeline"].get("operators") or [])
@@ -268,10 +271,87 @@ def trinity_monitor(loggers: list[str], root: Path) -> dict[str, Any]:
     return monitor
 
 
+# the samples an episode keeps on Trinity when astuner.rollout.multi_turn.max_sample_per_task is null (every one)
+# and no trinity.buffer.train_batch_size sizes the trainer step: a Trinity trainer step takes a fixed count
+# (StepPadding), so an episode's share of it has a bound
+SAMPLES_PER_EPISODE_WHEN_UNBOUNDED = 4
+
+
+def samples_per_episode(run: RunConfig) -> int:
+    """The samples an episode keeps at most on Trinity: rollout.multi_turn.max_sample_per_task; when it is null (every
+    sample: tune()'s default and a Trinity-RFT config's), its share of the trainer step the user sized
+    (trinity.buffer.train_batch_size, a Trinity-RFT config's buffer.train_batch_size: the step's experiences over the
+    step's episodes), else SAMPLES_PER_EPISODE_WHEN_UNBOUNDED. The calls that extend one context are one sample, so a
+    ReAct agent's episode is one sample however many turns it takes; the bound counts contexts (several trained
+    agents, a memory that rewrites its history)."""
+    a = run.astuner
+    given = a.rollout.multi_turn.max_sample_per_task
+    if given is not None:
+        return given
+    sized = user_step_size(run)
+    episodes = a.data.train_batch_size * a.rollout.num_repeat
+    if sized is not None and sized >= episodes and not cpu_mode(run):  # the CPU mode pads less (cpu_adaptations)
+        return sized // episodes
+    return SAMPLES_PER_EPISODE_WHEN_UNBOUNDED
+
+
+def user_step_size(run: RunConfig) -> Optional[int]:
+    """trinity.buffer.train_batch_size as the trinity: subtree (a Trinity-RFT file's buffer.train_batch_size) sets
+    it, or None."""
+    sized = ((run.merged.get("trinity") or {}).get("buffer") or {}).get("train_batch_size")
+    return sized if isinstance(sized, int) and not isinstance(sized, bool) else None
+
+
+def unbounded_note(run: RunConfig) -> Optional[str]:
+    """What a null max_sample_per_task means on Trinity, said once (a WARNING line at --dry-run and at the start)."""
+    if run.astuner.rollout.multi_turn.max_sample_per_task is not None:
+        return None
+    return (f"astuner.rollout.multi_turn.max_sample_per_task null (every sample): a Trinity trainer step takes a "
+            f"fixed count of experiences, so an episode keeps at most {samples_per_episode(run)} samples there (those "
+            f"with the most generated tokens; the calls that extend one context are one sample); set the key (or "
+            f"tune(max_samples_per_episode=)) for more")
+
+
 def step_experiences(run: RunConfig) -> int:
     """The most experiences one explorer step yields: its episodes × the samples an episode keeps at most."""
     a = run.astuner
-    return a.data.train_batch_size * a.rollout.num_repeat * a.rollout.multi_turn.max_sample_per_task
+    return a.data.train_batch_size * a.rollout.num_repeat * samples_per_episode(run)
+
+
+# what the trinity: subtree (a Trinity-RFT file's keys) may set that cannot run in the CPU mode: Trinity's key, the
+# CPU mode's value, why
+CPU_VALUES = (
+    ("trainer.ulysses_sequence_parallel_size", 1, "sequence parallelism splits each sequence over several GPUs; the "
+                                                  "CPU mode's trainer is one process"),
+    ("trainer.use_remove_padding", False, "padding removal is a flash-attn path (CUDA only)"),
+    ("synchronizer.sync_method", "checkpoint", "NCCL needs GPUs: weights reach the CPU engine through checkpoints"),
+)
+
+
+def cpu_adaptations(run: RunConfig) -> list[tuple[str, Any, Any, str]]:
+    """In the CPU mode, each CPU_VALUES key the trinity: subtree sets otherwise: (key, its value, the CPU mode's,
+    why); said once each (`adaptation_notes`) and applied by the translation."""
+    if not cpu_mode(run):
+        return []
+    subtree = run.merged.get("trinity") or {}
+    out = []
+    for path, value, why in CPU_VALUES:
+        node: Any = subtree
+        for part in path.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is not None and node != value:
+            out.append((path, node, value, why))
+    sized, fits = user_step_size(run), step_experiences(run)
+    if sized is not None and sized > fits:  # padding rows are cheap only where padding is removed
+        out.append(("buffer.train_batch_size", sized, fits, f"each step is padded to it, and without padding removal "
+                                                            f"every padding row costs a whole sequence; "
+                                                            f"{fits} holds what a step can yield"))
+    return out
+
+
+def adaptation_notes(run: RunConfig) -> list[str]:
+    return [f"trinity.{path} {given} runs as {value} in the CPU mode: {why} (on GPUs it applies as given)"
+            for path, given, value, why in cpu_adaptations(run)]
 
 
 def cpu_overrides() -> dict[str, Any]:

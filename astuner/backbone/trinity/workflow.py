@@ -60,6 +60,9 @@ class AstunerTrinityWorkflow(TrinityWorkflow):
         self.cfg, self.workflow, self.judge = load_saved_run(args["astuner_config"],
                                                              tuple(args.get("astuner_roots", [])))
         self.mode = args.get("mode", "train")
+        # the bound a Trinity trainer step's fixed size gives an episode (translate.samples_per_episode)
+        self.cfg.rollout.multi_turn.max_sample_per_task = args.get("max_samples",
+                                                                   self.cfg.rollout.multi_turn.max_sample_per_task)
 
     def auxiliary(self) -> dict[str, Any]:
         """The run's auxiliary models as chat models by name: those with a folder over the engines Trinity's

@@ -9,6 +9,7 @@ transformers < 5.11).
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any, Optional
 
@@ -207,10 +208,41 @@ def engines_of(run: Any, cpu: bool, gpus_per_node: int) -> tuple[str, int]:
     return f"verl: {engines} vLLM engine(s) × tensor parallel {tp}{aside}", engines + len(auxiliary)
 
 
+def check_with_verl(run: Any) -> None:
+    """verl's own `validate_config` (its actor's and critic's dataclasses and their `validate`: batch and
+    micro-batch sizes over the GPUs, sequence parallelism without padding removal, ...) on the composed config, as
+    its entry point runs it once the run has started: here before the run folder exists, and at --dry-run. The
+    translation is rooted in a temporary folder; a problem is one line naming the verl keys it speaks of (the
+    top-level verl keys of an astuner YAML)."""
+    import contextlib
+    import io
+    import tempfile
+
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    from astuner.backbone.translate_common import named_keys, user_verl_keys
+    from astuner.backbone.verl.translate import translate_to_verl
+
+    with tempfile.TemporaryDirectory() as folder:
+        composed = compose_verl_config(translate_to_verl(run, Path(folder)))
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # it prints what it checked
+            validate_config(config=composed, use_reference_policy=need_reference_policy(composed),
+                            use_critic=need_critic(composed))
+    except (ValueError, AssertionError, TypeError) as exc:
+        said = " ".join(str(exc).strip().split())
+        try:
+            values = OmegaConf.to_container(composed, resolve=True)
+        except Exception:  # noqa: BLE001 - an interpolation verl resolves later (an environment variable): as written
+            values = OmegaConf.to_container(composed)
+        raise ConfigError(f"verl rejects the translated config: {said[:300]}{named_keys(said, values, '', user_verl_keys(run.merged))}; check the "
+                          f"astuner settings it names or the top-level verl keys of your YAML") from None
+
+
 def dry_run_config(run: Any, root: Path) -> dict[str, Any]:
     """The translated config; merged into verl's own ppo_trainer config when verl is installed."""
-    import importlib.util
-
     from astuner.backbone.debug.warm_start import planned_model
     from astuner.backbone.verl.translate import translate_to_verl
 
@@ -243,6 +275,9 @@ class VerlBackbone:
     def check_available(self) -> None:
         check_available()
 
+    def notes(self, config: Any) -> list[str]:
+        return []
+
     def plan(self, config: Any) -> Optional[str]:
         from astuner.backbone.plan import machine_plan
         from astuner.backbone.verl.checks import check_sizes
@@ -255,6 +290,8 @@ class VerlBackbone:
             from astuner.backbone.verl.translate import lora_overrides
 
             lora_overrides(config.astuner.model.lora, cpu_mode(config), local_model(config))
+        if importlib.util.find_spec("verl") is not None:  # before the run folder exists, and at --dry-run
+            check_with_verl(config)
         return line
 
     def check_resume(self, config: Any, checkpoints: Any) -> None:

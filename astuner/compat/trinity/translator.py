@@ -339,11 +339,12 @@ class Translator(Tasksets):
             self.approximated["buffer.train_batch_size"] = (
                 f"{per_step}: each step trains once on all the samples of its {most} episodes (Trinity counts "
                 f"experiences, one per model call, and may carry some to its next update)")
-        elif self.backbone == "trinity" and isinstance(per_step, int) and per_step < most * MAX_SAMPLES_PER_EPISODE:
-            # astuner pads each explorer step to what it can yield, so that it is one trainer step
-            self.refuse("buffer.train_batch_size", f"{per_step} is below what one explorer step can yield (batch_size "
-                                                   f"× repeat_times × {MAX_SAMPLES_PER_EPISODE} samples per episode at "
-                                                   f"most = {most * MAX_SAMPLES_PER_EPISODE}); remove it")
+        elif self.backbone == "trinity" and isinstance(per_step, int) and per_step < most:
+            # astuner pads each explorer step to what it can yield, so that it is one trainer step: the step the
+            # file sizes gives each episode its share (backbone.trinity.translate.samples_per_episode)
+            self.refuse("buffer.train_batch_size", f"{per_step} holds less than one sample of each of an explorer "
+                                                   f"step's episodes (batch_size × repeat_times = {most}); remove it "
+                                                   f"(each episode then keeps up to {MAX_SAMPLES_PER_EPISODE} samples)")
         if self.given("explorer.runner_per_model"):
             engines = g("explorer.rollout_model.engine_num")
             self.put("rollout.max_env_worker", g("explorer.runner_per_model") * engines * g("algorithm.repeat_times"))

@@ -364,3 +364,29 @@ def test_one_tracker_reaches_trinitys_monitor_and_more_are_refused(tmp_path, mon
     monkeypatch.delenv("SWANLAB_API_KEY", raising=False)
     with pytest.raises(ConfigError, match="needs SWANLAB_API_KEY|without SWANLAB_API_KEY"):
         trinity_monitor(["swanlab"], tmp_path)
+
+
+def test_padded_steps_go_through_trinitys_replay_buffer():
+    """werewolves' config turns on Trinity's replay buffer (experience_buffer.replay_buffer.enable: its priority
+    queue counts each experience's reuse in info["use_count"], which Trinity's workflow runner sets on what a
+    workflow returns): the step's padding rows lacked it, and the trainer stopped on KeyError: 'use_count'."""
+    from trinity.buffer.storage.queue import AsyncPriorityQueue
+    from trinity.common.experience import EID, Experience
+
+    from astuner.backbone.trinity.operators import StepPadding
+
+    made = [Experience(eid=EID(batch=1, task=str(i)), tokens=[1, 2, 3], prompt_length=1, logprobs=[-1.0, -1.0],
+                       action_mask=[True, True], reward=1.0, info={"model_version": 3, "use_count": 0})
+            for i in range(2)]  # as the runner hands them over
+    padded, metrics = StepPadding(5).process(made)
+    assert metrics == {"padding": 3} and len(padded) == 5
+
+    async def through_the_queue() -> list:
+        queue = AsyncPriorityQueue(capacity=10, reuse_cooldown_time=None)
+        for exp in padded:
+            await queue.put([exp])
+        return [exp for _ in padded for exp in await queue.get()]
+
+    got = asyncio.run(through_the_queue())
+    assert len(got) == 5 and all(exp.info["use_count"] == 1 for exp in got)
+    assert {exp.info["model_version"] for exp in got} == {3}

@@ -282,3 +282,41 @@ def test_a_run_whose_episodes_all_fail_fails(warm_model, tmp_path):
     last = proc.stderr.strip().splitlines()[-1]
     assert "episodes of Trinity's train step 1 failed" in last and "RuntimeError: the environment is unreachable" \
         in last and "max_error_rate 0.5" in last
+
+
+def test_werewolves_sample_trains_on_trinity_with_tunes_defaults_and_its_gpu_config(warm_model, tmp_path):
+    """agentscope-samples' werewolves as a user runs it on Trinity: its main.py (tune() with its Trinity-RFT config,
+    max_samples_per_episode left at None) with `backbone="trinity"` added, the config as written for GPUs but for size
+    edits (tests/samples/werewolves). tune()'s None used to raise a TypeError; the config's
+    ulysses_sequence_parallel_size 2 killed Trinity's trainer inside Ray; its train_batch_size 2048 of padded rows ran
+    Ray's workers out of memory; the padding rows stopped Trinity's replay buffer (KeyError: 'use_count'). Each is now
+    adapted in the CPU mode, said in one line, and the sample trains its 2 steps."""
+    import shutil
+
+    folder = tmp_path / "werewolves"
+    shutil.copytree(REPO_ROOT / "tests" / "samples" / "werewolves", folder,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (folder / "data").mkdir()
+    (folder / "data" / "train.jsonl").write_text("".join(json.dumps({"seed": i}) + "\n" for i in range(4)))
+    main = folder / "main.py"
+    source = main.read_text().replace('os.environ["TRINITY_AUXILIARY_MODEL_PATH"]', repr(str(warm_model)))
+    main.write_text(source.replace("        config_path=str(config_path),\n",
+                                   "        config_path=str(config_path),\n        backbone=\"trinity\",\n"))
+    env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "TRINITY_MODEL_PATH": str(warm_model),
+           "TRINITY_CHECKPOINT_ROOT_DIR": str(tmp_path / "ckpt")}
+    proc = subprocess.run([sys.executable, "main.py"], cwd=folder, env=env, capture_output=True, text=True, timeout=900)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-4000:]
+    assert "an episode keeps at most 4 samples there" in log
+    assert "trinity.trainer.ulysses_sequence_parallel_size 2 runs as 1 in the CPU mode" in log
+    assert "trinity.buffer.train_batch_size 2048 runs as 16 in the CPU mode" in log
+    root = tmp_path / "ckpt" / "AgentScope-Werewolves" / "Werewolves-7Player-GRPO-train-goodguy"
+    trainer = scalars(root / "monitor" / "tensorboard" / "trainer")
+    assert set(trainer["actor/pg_loss"]) == {1, 2}  # both steps trained
+    explorer = scalars(root / "monitor" / "tensorboard" / "explorer")
+    assert min(explorer["rollout/calls/mean"].values()) > 4  # five good guys, three turns each
+    # every step 4 episodes × 4 samples (five good guys' contexts, capped at the episode's share): what the
+    # zero-variance filter dropped (groups that tied) and what reached the trainer beside the padding
+    for step in (1, 2):
+        kept = 16 - explorer["experience_pipeline/padding"][step]
+        assert explorer["experience_pipeline/operator_filtered_count"][step] + kept == 16, explorer

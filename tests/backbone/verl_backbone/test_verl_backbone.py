@@ -109,6 +109,26 @@ def test_dry_run_prints_the_config_composed_with_verls_own(tmp_path, capsys, mon
     assert code == 2 and "bogus_key" in err
 
 
+def test_what_verls_own_validation_refuses_is_refused_at_dry_run(tmp_path, capsys, monkeypatch):
+    """verl's `validate_config` ran once the run had started (its folder written); now before, and at --dry-run:
+    sequence parallelism without padding removal (the CPU mode's) is one line naming the keys, and nothing is
+    written."""
+    from tests.conftest import run_cli
+
+    monkeypatch.chdir(tmp_path)
+    args = ["--conf", str(REPO_ROOT / "tutorial" / "example_agent_cpu" / "sensor_agent.yaml"), "--backbone", "verl",
+            "--dry-run", "--exp-dir", str(tmp_path / "runs"), f"astuner.model.path={tmp_path / 'model'}"]
+    code, _, err = run_cli([*args, "+actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"], capsys)
+    line = err.strip()
+    assert code == 2 and len(line.splitlines()) == 1, err
+    assert "verl rejects the translated config: When using sequence parallelism" in line
+    assert "actor_rollout_ref.actor.ulysses_sequence_parallel_size: 2" in line
+    assert "use_remove_padding: False" in line
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "model").exists()
+    code, _, err = run_cli(args, capsys)
+    assert code == 0, err
+
+
 # -- defects of the first real runs, each reproduced through verl's own code ---------------------------
 
 def test_open_sections_and_dataclass_fields_accept_user_keys_closed_ones_do_not():
