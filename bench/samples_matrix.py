@@ -59,7 +59,7 @@ def prepare(sample: str, backbone: str, work: Path) -> Path:
 
 def outcome(proc: subprocess.CompletedProcess, ckpt: Path) -> tuple[str, str]:
     log = proc.stdout + proc.stderr
-    notes = "; ".join(dict.fromkeys(m.group(2).split(" (")[0][:140] for m in NOTE.finditer(log)))
+    notes = "; ".join(dict.fromkeys(m.group(2)[:160] for m in NOTE.finditer(log)))
     if proc.returncode == 0:
         return "ran", notes
     last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1][:300]

@@ -61,3 +61,22 @@ def gloo_process_groups(distributed: Any = None) -> None:
 
     initialize_global_process_group_ray.astuner_cpu = True  # type: ignore[attr-defined]
     distributed.initialize_global_process_group_ray = initialize_global_process_group_ray
+
+
+# verl's FSDP engine module, where its forward-only reference model gets FSDP2's CPU offload
+FSDP_ENGINE = "verl.workers.engine.fsdp.transformer_impl"
+
+
+def unpinned_cpu_offload(module: Any) -> None:
+    """verl's FSDP2 engine offloads a forward-only model (the KL reference) with `CPUOffloadPolicy(pin_memory=True)`;
+    pinning memory needs an accelerator ("Cannot access accelerator device when none is available"): on the CPU the
+    same offload, unpinned."""
+    original = module.CPUOffloadPolicy
+    if original is None or getattr(original, "astuner_cpu", False):
+        return
+
+    def cpu_offload_policy(*args: Any, **kwargs: Any) -> Any:
+        return original(*args, **{**kwargs, "pin_memory": False})
+
+    cpu_offload_policy.astuner_cpu = True  # type: ignore[attr-defined]
+    module.CPUOffloadPolicy = cpu_offload_policy

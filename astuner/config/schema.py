@@ -189,7 +189,8 @@ class MultiTurnConfig:
     max_sample_per_task: Optional[int] = key(
         4, "Training samples kept per episode when its calls cannot be merged into one sample (those with the most "
         "generated tokens; the rest are dropped, counted in rollout/dropped_samples and logged). null = every one, "
-        "as Trinity-RFT trains every call: what tune() and a Trinity-RFT config set.", gt=0, backbones=NOT_VERL)
+        "as Trinity-RFT trains every call: what tune() and a Trinity-RFT config set (on Trinity, whose trainer step "
+        "takes a fixed count, the episode's share of trinity.buffer.train_batch_size, else 4).", gt=0, backbones=NOT_VERL)
 
 
 @dataclass

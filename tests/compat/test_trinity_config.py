@@ -859,3 +859,19 @@ def test_a_gpu_files_sequence_parallelism_runs_as_one_process_in_the_cpu_mode(tm
     else:
         assert final["trainer"]["ulysses_sequence_parallel_size"] == 2
         assert adapted == []
+
+
+def test_a_files_group_filter_runs_before_the_padding_on_trinity(tmp_path):
+    """frozen_lake's config sets advantage_fn_args.std_threshold: handed to Trinity's advantage fn, which runs after
+    our operators, it also dropped the padding's group and left every step short; Trinity's trainer then waited
+    30 minutes for rows that never came. It runs as our reward_std_filter (the same groups: population std at most
+    t·sqrt((n-1)/n) for n episodes a task), before the padding, and Trinity's filter is off."""
+    from astuner.backbone.trinity.translate import translate_to_trinity
+
+    run = trinity_run(tmp_path, {"algorithm": {"advantage_fn_args": {"std_threshold": 1e-4}}}, {})
+    final = translate_to_trinity(run, tmp_path / "run")
+    assert final["algorithm"]["advantage_fn_args"]["std_threshold"] is None
+    names = [op["name"].rsplit(".", 1)[-1] for op in final["data_processor"]["experience_pipeline"]["operators"]]
+    assert names[-2:] == ["EpisodeRewardSTDFilter", "StepPadding"], names
+    threshold = final["data_processor"]["experience_pipeline"]["operators"][-2]["args"]["threshold"]
+    assert abs(threshold - 1e-4 * (3 / 4) ** 0.5) < 1e-12  # repeat_times 4

