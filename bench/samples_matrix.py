@@ -35,7 +35,8 @@ ROWS = {"werewolves": [{"seed": i} for i in range(4)],
                          for i in range(4)]}
 # (sample, the command in its folder, its YAML route beside it or None)
 CELLS = {"werewolves": (["main.py"], "werewolves.yaml"), "frozen_lake": (["main.py"], "frozen_lake.yaml"),
-         "learn_to_ask": (["main.py"], None), "data_augment": (["main.py", "--config", "config_random.yaml"], None)}
+         "learn_to_ask": (["main.py"], None), "data_augment": (["main.py", "--config", "config_random.yaml"], None),
+         "math_agent": (["main.py"], None)}
 NOTE = re.compile(r"\| (WARNING|INFO)\s+\| (.*(?:runs as .* in the CPU mode|an episode keeps at most \d+|set but not "
                   r"read by).*)")
 
@@ -44,9 +45,14 @@ def prepare(sample: str, backbone: str, work: Path) -> Path:
     folder = work / backbone / sample
     shutil.copytree(SAMPLES / sample, folder, ignore=shutil.ignore_patterns("__pycache__"))
     (folder / "data").mkdir(exist_ok=True)
+    gsm8k = (ROOT.parent / "shared" / "data" / "gsm8k" / "train.jsonl").read_text().splitlines()[:8]
     if sample == "data_augment":
-        rows = (ROOT.parent / "shared" / "data" / "gsm8k" / "train.jsonl").read_text().splitlines()[:8]
-        (folder / "data" / "train.jsonl").write_text("\n".join(rows) + "\n")
+        (folder / "data" / "train.jsonl").write_text("\n".join(gsm8k) + "\n")
+    elif sample == "math_agent":  # a local copy laid out as the hub's openai/gsm8k: its subset "main"
+        (folder / "data" / "main").mkdir()
+        (folder / "data" / "main" / "train.jsonl").write_text("\n".join(gsm8k) + "\n")
+        (folder / "data" / "README.md").write_text("---\nconfigs:\n- config_name: main\n  data_files:\n"
+                                                   "  - split: train\n    path: main/train.jsonl\n---\n")
     else:
         (folder / "data" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS[sample]))
     main = folder / "main.py"  # the one edit besides the sizes: the backbone named in the tune() call
@@ -57,13 +63,13 @@ def prepare(sample: str, backbone: str, work: Path) -> Path:
     return folder
 
 
-def outcome(proc: subprocess.CompletedProcess, ckpt: Path) -> tuple[str, str]:
+def outcome(proc: subprocess.CompletedProcess, ckpt: Path, folder: Path) -> tuple[str, str]:
     log = proc.stdout + proc.stderr
     notes = "; ".join(dict.fromkeys(m.group(2)[:160] for m in NOTE.finditer(log)))
     if proc.returncode == 0:
         return "ran", notes
     last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1][:300]
-    written = ckpt.exists() and any(ckpt.rglob("config.yaml"))
+    written = any(root.exists() and any(root.rglob("config.yaml")) for root in (ckpt, folder / "checkpoints"))
     return ("failed" if written else "refused"), last
 
 
@@ -95,7 +101,7 @@ def main() -> None:
             proc = subprocess.run([str(python), *command], cwd=folder, env=env, capture_output=True, text=True,
                                   timeout=1800)
             seconds = time.monotonic() - start
-            state, said = outcome(proc, ckpt)
+            state, said = outcome(proc, ckpt, folder)
             failed += state == "failed"
             dry = "-"
             if yaml_route:

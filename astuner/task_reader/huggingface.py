@@ -15,6 +15,7 @@ from astuner.task_reader.rows import row_to_task, unique_ids
 
 _FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 KEY = "astuner.task_reader.huggingface_dat_repo.dataset_path"
+NAME_KEY = "astuner.task_reader.huggingface_dat_repo.dataset_name"
 
 
 def _pick_split(dataset: Any, split: str, source: str) -> Any:
@@ -96,6 +97,9 @@ def _read_local(path: Path, name: Optional[str], split: str) -> Any:
     except ValueError as exc:
         if "Unknown split" in str(exc):
             raise DataError(f"dataset {path} has no split {split!r}: {exc}".splitlines()[0]) from None
+        if name is not None and "BuilderConfig" in str(exc):  # datasets: "BuilderConfig 'main' not found. ..."
+            raise DataError(f"{NAME_KEY}: {path} has no subset {name!r} ({_first_line(exc)}); remove it, or name one "
+                            f"of its subsets") from None
         raise DataError(f"{KEY}: {path} cannot be loaded as a dataset: {exc}".splitlines()[0]) from None
 
 

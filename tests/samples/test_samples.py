@@ -175,3 +175,31 @@ def test_frozen_lake_rows_without_a_query_train(tmp_path, tiny_model_dir, route)
         saved = yaml.safe_load((root / "config.yaml").read_text())
         (op,) = saved["astuner"]["data_processor"]["experience_pipeline"]["operators"]
         assert op["name"] == "reward_std_filter" and abs(op["args"]["threshold"] - 1e-4 * 0.5 ** 0.5) < 1e-12
+
+
+def test_math_agent_main_py_trains_on_a_local_copy_of_gsm8k_with_its_subset(tmp_path, tiny_model_dir, gsm8k_dir):
+    """math_agent as written asks for GSM8K's subset "main" (DatasetConfig.name); a local copy laid out as the hub's
+    (a README's configs: main) trains with it. Without the layout the error names the subset's key (it named the
+    dataset's path)."""
+    folder = tmp_path / "math_agent"
+    shutil.copytree(HERE / "math_agent", folder, ignore=shutil.ignore_patterns("__pycache__"))
+    rows = (gsm8k_dir / "train.jsonl").read_text().splitlines()[:8]
+    (folder / "data").mkdir()
+    (folder / "data" / "train.jsonl").write_text("\n".join(rows) + "\n")
+    env = {**os.environ, "TRINITY_MODEL_PATH": str(tiny_model_dir)}
+    done = subprocess.run([sys.executable, "main.py"], cwd=folder, env=env, capture_output=True, text=True,
+                          timeout=900)
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode != 0 and "DatasetConfig.name" in last and "has no subset 'main'" in last, done.stderr[-2000:]
+    assert not (folder / "checkpoints").exists()
+    (folder / "data" / "train.jsonl").unlink()
+    (folder / "data" / "main").mkdir()
+    (folder / "data" / "main" / "train.jsonl").write_text("\n".join(rows) + "\n")
+    (folder / "data" / "README.md").write_text("---\nconfigs:\n- config_name: main\n  data_files:\n"
+                                               "  - split: train\n    path: main/train.jsonl\n---\n")
+    run([sys.executable, "main.py"], folder, {"TRINITY_MODEL_PATH": str(tiny_model_dir)})
+    (root,) = (folder / "checkpoints" / "AgentScope").iterdir()  # tune()'s default project, a timestamped name
+    metrics, episodes, _ = records(root)
+    assert [m["step"] for m in metrics] == [1, 2]
+    for e in episodes:
+        assert not e["failed"], e["error"]

@@ -83,3 +83,11 @@ def test_a_local_folder_split_is_found_by_its_file_name_or_datasets_name(tmp_pat
     (tmp_path / "val.jsonl").write_text('{"question": "b", "answer": "2"}\n{"question": "c", "answer": "3"}\n')
     assert [r["question"] for r in load_rows(str(tmp_path), None, asked)] == ["b", "c"]
     assert [r["question"] for r in load_rows(str(tmp_path), None, "train")] == ["a"]
+
+
+def test_a_subset_the_local_copy_lacks_names_the_subset_key(gsm8k_dir):
+    """agentscope-samples' math_agent asks for GSM8K's subset "main"; a local folder of its files has none, and the
+    error named the dataset's path, not the subset that was wrong."""
+    with pytest.raises(DataError, match=r"^astuner\.task_reader\.huggingface_dat_repo\.dataset_name: .* has no "
+                                        r"subset 'main' \(ValueError: BuilderConfig 'main' not found"):
+        reader(gsm8k_dir, name="main").train_tasks()
