@@ -4,6 +4,7 @@ user runs them: `python main.py` in the sample's folder with `backbone=` given t
 backbone in its own environment (.venv for debug, .venv-trinity, .venv-verl: `bash .ci/backbones install`).
 
     python bench/samples_matrix.py [--samples werewolves frozen_lake ...] [--backbones debug trinity verl]
+    python bench/samples_matrix.py --tutorials     # each tutorial/ YAML's --dry-run on each backbone
 
 Each cell: `ran` (2 steps, with the notes the run said about the config: adapted keys, bounds), `refused` (before
 the run folder existed: its one line), or `failed` (after: its last line). Goal: no `failed` cell. A sample's
@@ -73,15 +74,46 @@ def outcome(proc: subprocess.CompletedProcess, ckpt: Path, folder: Path) -> tupl
     return ("failed" if written else "refused"), last
 
 
+def tutorials(backbones: list[str], work: Path, model: Path) -> None:
+    """Each YAML under tutorial/ × the backbones: `--dry-run` from the repository root, the tiny models created
+    under `work` (not launcher_record/), a hub model replaced by the tiny one and a hub dataset by the local GSM8K."""
+    gsm8k = ROOT.parent / "shared" / "data" / "gsm8k"
+    print("| tutorial YAML | " + " | ".join(f"{b}, --dry-run" for b in backbones) + " |")
+    print("| --- |" + " --- |" * len(backbones))
+    for conf in sorted((ROOT / "tutorial").glob("*/*.yaml")):
+        text = conf.read_text()
+        cells = []
+        for backbone in backbones:
+            python = PYTHON[backbone]
+            if not python.exists():
+                cells.append("no environment")
+                continue
+            args = [str(python), "-m", "astuner", "--conf", str(conf.relative_to(ROOT)), f"--backbone={backbone}",
+                    "--dry-run", "--exp-dir", str(work / "tutorials" / backbone)]
+            if "tiny:" in text:
+                args.append(f"astuner.model.path={work / 'tutorial_models' / conf.stem}")
+            elif "huggingface_dat_repo" in text:  # the seed tutorial: a hub model and dataset
+                args += [f"astuner.model.path={model}", f"astuner.task_reader.huggingface_dat_repo.dataset_path={gsm8k}"]
+            env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "OMP_WAIT_POLICY": "PASSIVE"}
+            done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+            last = (done.stderr.strip().splitlines() or [""])[-1]
+            cells.append("passes" if done.returncode == 0 else f"refused: {last.removeprefix('astuner: error: ')[:160]}")
+        print(f"| {conf.relative_to(ROOT)} | " + " | ".join(cells) + " |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--samples", nargs="+", default=list(CELLS))
     parser.add_argument("--backbones", nargs="+", default=["debug", "trinity", "verl"])
+    parser.add_argument("--tutorials", action="store_true", help="the tutorial YAMLs' --dry-run instead")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="astuner_samples_"))
     model = work / "model"
     subprocess.run([str(PYTHON["debug"]), "-c", "import sys; from astuner.model.tiny_model import build_tiny_model; "
                     "build_tiny_model(sys.argv[1], hidden_size=128, heads=2, kv_heads=1)", str(model)], check=True)
+    if args.tutorials:
+        tutorials(args.backbones, work, model)
+        return
     print("| sample | backbone | main.py, 2 steps | s | its YAML route, --dry-run |")
     print("| --- | --- | --- | --- | --- |")
     failed = 0

