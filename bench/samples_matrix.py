@@ -116,7 +116,7 @@ def main() -> None:
         return
     print("| sample | backbone | main.py, 2 steps | s | its YAML route, --dry-run |")
     print("| --- | --- | --- | --- | --- |")
-    failed = 0
+    failed, counts, began = 0, {"ran": 0, "refused": 0, "failed": 0}, time.monotonic()
     for sample in args.samples:
         command, yaml_route = CELLS[sample]
         for backbone in args.backbones:
@@ -135,6 +135,7 @@ def main() -> None:
             seconds = time.monotonic() - start
             state, said = outcome(proc, ckpt, folder)
             failed += state == "failed"
+            counts[state] += 1
             dry = "-"
             if yaml_route:
                 done = subprocess.run([str(python), "-m", "astuner", "--conf", yaml_route, f"--backbone={backbone}",
@@ -143,7 +144,8 @@ def main() -> None:
                 dry = "passes" if done.returncode == 0 else f"refused: {done.stderr.strip().splitlines()[-1][:200]}"
             cell = f"{state}" + (f": {said}" if said else "")
             print(f"| {sample} | {backbone} | {cell} | {seconds:.0f} | {dry} |", flush=True)
-    print(f"samples matrix: {failed} cell(s) failed after the run folder existed (goal: 0)")
+    print(f"samples matrix: {failed} cell(s) failed after the run folder existed (goal: 0); {counts['ran']} ran 2 "
+          f"steps, {counts['refused']} refused before it, in {time.monotonic() - began:.0f} s")
 
 
 if __name__ == "__main__":
