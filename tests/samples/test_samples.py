@@ -19,19 +19,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.samples.sample_data import ROWS, write_jsonl
+
 HERE = Path(__file__).parent
-ROWS = {"werewolves": [{"seed": i} for i in range(4)],
-        "frozen_lake": [{"seed": i, "size": 3, "p": 0.8, "index": i, "uid": f"lake-{i}"} for i in range(4)],
-        "learn_to_ask": [{"messages": [{"role": "user", "content": f"I have had a headache for {i + 1} days."}],
-                          "decision_truth": "stop" if i % 2 else "continue", "info_truth": "fever, nausea"}
-                         for i in range(4)]}
-
-
 def sample(name: str, tmp_path: Path) -> Path:
     folder = tmp_path / name
     shutil.copytree(HERE / name, folder, ignore=shutil.ignore_patterns("__pycache__"))
-    (folder / "data").mkdir()
-    (folder / "data" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS[name]))
+    write_jsonl(folder / "data" / "train.jsonl", ROWS[name])
     return folder
 
 
@@ -121,21 +115,26 @@ def test_learn_to_ask_main_py_trains_with_its_config_and_its_grading_model(tmp_p
     assert written["auxiliary_models"]["auxiliary_model"]["path"] == str(tiny_model_dir)
 
 
-def test_werewolves_main_py_trains_with_the_samples_trinity_config(tmp_path, tiny_model_dir):
+@pytest.mark.parametrize("config,name,side", [("config.yaml", "Werewolves-7Player-GRPO", "werewolf"),
+                                              ("config_train_goodguy.yaml", "Werewolves-7Player-GRPO-train-goodguy",
+                                               "good_guy")])
+def test_werewolves_main_py_trains_with_each_of_the_samples_trinity_configs(tmp_path, tiny_model_dir, config, name,
+                                                                          side):
+    """Both of the sample's configs: config.yaml trains the werewolves, config_train_goodguy.yaml (its README: "use
+    config_train_goodguy.yaml", main.py's config_path edited) the five good guys."""
     folder = sample("werewolves", tmp_path)
     # the user's edit: main.py names its participant model's folder; the config file's explorer.auxiliary_models
     # entry keeps its hub id (TRINITY_AUXILIARY_MODEL_PATH unset), which tune()'s argument replaces
     main = folder / "main.py"
-    main.write_text(main.read_text().replace('os.environ["TRINITY_AUXILIARY_MODEL_PATH"]', repr(str(tiny_model_dir))))
+    source = main.read_text().replace('os.environ["TRINITY_AUXILIARY_MODEL_PATH"]', repr(str(tiny_model_dir)))
+    main.write_text(source.replace('"config.yaml"', repr(config)))
     env = {"TRINITY_MODEL_PATH": str(tiny_model_dir), "TRINITY_CHECKPOINT_ROOT_DIR": str(tmp_path / "ckpt")}
     log = run([sys.executable, "main.py"], folder, env)
-    check_werewolves(tmp_path / "ckpt" / "AgentScope-Werewolves" / "Werewolves-7Player-GRPO-train-goodguy", log,
-                     "good_guy")  # the config's workflow_args reached the workflow
+    check_werewolves(tmp_path / "ckpt" / "AgentScope-Werewolves" / name, log, side)  # its workflow_args reached it
     assert "applied on backbone trinity only: " in log and "explorer.over_rollout.ratio" in log
     import yaml
 
-    written = yaml.safe_load((tmp_path / "ckpt" / "AgentScope-Werewolves" / "Werewolves-7Player-GRPO-train-goodguy" /
-                              "config.yaml").read_text())["astuner"]  # tune(): no cap, no reward rewrite
+    written = yaml.safe_load((tmp_path / "ckpt" / "AgentScope-Werewolves" / name / "config.yaml").read_text())["astuner"]  # tune(): no cap, no reward rewrite
     assert written["rollout"]["multi_turn"]["max_sample_per_task"] is None
     assert written["rollout"]["compute_madness_checklist"] == []
     assert written["auxiliary_models"]["participant"]["path"] == str(tiny_model_dir)  # explorer.auxiliary_models

@@ -232,6 +232,7 @@ def check_with_trinity(config: Any) -> None:
             trinity_config.model.model_path = str(model)
             trinity_config.check_and_update()
             check_trainer_workers(trinity_config)
+            check_algorithm_functions(trinity_config)
         except (ValueError, AssertionError, TypeError) as exc:
             said = " ".join(str(exc).strip().split())
             raise ConfigError(f"Trinity-RFT rejects the translated config: {said[:300]}{named_keys(said, translated, 'trinity.', config.merged.get('trinity'))}; "
@@ -249,6 +250,22 @@ def check_trainer_workers(trinity_config: Any) -> None:
     gpus = trinity_config.cluster.trainer_gpu_num_per_node * trinity_config.cluster.trainer_node_num
     actor = omega_conf_to_dataclass(verl_config.actor)
     actor.validate(max(1, gpus), trinity_config.buffer.train_batch_size, OmegaConf.to_container(verl_config.model))
+
+
+def check_algorithm_functions(trinity_config: Any) -> None:
+    """The algorithm's functions as Trinity builds them, each from its name and `<name>_args` (inside Ray, after the
+    run folder exists): the trainer's loss (policy, KL and entropy terms: `build_trinity_loss`), the advantage
+    function (the explorer's pipeline or the trainer) and the KL penalty. An argument a function does not take
+    raised a TypeError in Trinity's trainer there."""
+    from trinity.algorithm import ADVANTAGE_FN, KL_FN
+    from trinity.trainer.verl.losses import build_trinity_loss
+
+    algorithm = trinity_config.algorithm
+    build_trinity_loss(algorithm)
+    if algorithm.advantage_fn:
+        ADVANTAGE_FN.get(algorithm.advantage_fn)(**(algorithm.advantage_fn_args or {}))
+    if algorithm.kl_penalty_fn:
+        KL_FN.get(algorithm.kl_penalty_fn)(**(algorithm.kl_penalty_fn_args or {}))
 
 
 class TrinityBackbone:

@@ -35,6 +35,8 @@ OPERATORS = {"pass_rate_calculator": "astuner.backbone.trinity.operators.Episode
              "reward_std_filter": "astuner.backbone.trinity.operators.EpisodeRewardSTDFilter"}
 PADDING = "astuner.backbone.trinity.operators.StepPadding"
 SHORT_GROUPS = "astuner.backbone.trinity.operators.ShortGroups"
+# AlgorithmConfig's functions, each built from its <name>_args (merged over the function's default_args)
+FUNCTIONS = ("policy_loss_fn", "kl_loss_fn", "entropy_loss_fn", "advantage_fn", "kl_penalty_fn", "sample_strategy")
 
 
 def taskset(name: str, path: Path, split: str, run: RunConfig, mode: str) -> dict[str, Any]:
@@ -218,6 +220,9 @@ def translate_to_trinity(run: RunConfig, root: Path, model_path: Optional[str] =
         operators.append({"name": OPERATORS["reward_std_filter"], "args": {"threshold": 0.0}})
     pipeline["operators"] = operators
     translated["data_processor"] = {"experience_pipeline": pipeline}
+    for fn in FUNCTIONS:  # a function the trinity: subtree names instead of ours takes its own arguments only
+        if fn in user_algorithm and user_algorithm[fn] != translated["algorithm"].get(fn):
+            translated["algorithm"].pop(f"{fn}_args", None)
     translated = deep_merge(translated, run.merged.get("trinity") or {})
     for path, _, value, _ in cpu_adaptations(run):  # what a file written for GPUs sets that the CPU mode cannot run
         set_path(translated, path, value)

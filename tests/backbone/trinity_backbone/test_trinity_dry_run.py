@@ -48,3 +48,31 @@ def test_what_trinitys_trainer_workers_refuse_is_refused_before_the_run_folder(c
     assert list(tmp_path.iterdir()) == []
     code, _, err = _dry_run(capsys, tiny_model_dir, gsm8k_dir, *gpus, "+trinity.trainer.ulysses_sequence_parallel_size=2")
     assert code == 0, err  # with Trinity's padding removal (its default on GPUs), sequence parallelism is fine
+
+
+def test_a_loss_function_the_trinity_subtree_names_takes_its_own_arguments(capsys, tiny_model_dir, gsm8k_dir,
+                                                                           monkeypatch, tmp_path):
+    """agentscope-samples' email_search names Trinity's `rec` policy loss with its own arguments: astuner's PPO clip
+    arguments were merged into them and Trinity's trainer died inside Ray (RECPolicyLossFn got clip_range_low). Now
+    a function named instead of ours takes exactly the arguments given, and Trinity builds every function of the
+    algorithm before anything is written: an argument it does not take is one line at --dry-run."""
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    rec = ("+trinity.algorithm.policy_loss_fn=rec", "+trinity.algorithm.policy_loss_fn_args.epsilon_low=0.2",
+           "+trinity.algorithm.policy_loss_fn_args.epsilon_high=0.2",
+           "+trinity.algorithm.policy_loss_fn_args.clip_mode=one-side",
+           "+trinity.algorithm.kl_loss_fn=k2", "+trinity.algorithm.kl_loss_fn_args.kl_coef=0.0")
+    gpu = ("astuner.trainer_common.device=cuda", "astuner.trainer_common.n_gpus_per_node=4")
+    code, out, err = _dry_run(capsys, tiny_model_dir, gsm8k_dir, *gpu, *rec)
+    assert code == 0, err
+    algorithm = yaml.safe_load(out[out.index("mode:"):])["algorithm"]
+    assert algorithm["policy_loss_fn"] == "rec"
+    assert algorithm["policy_loss_fn_args"] == {"epsilon_low": 0.2, "epsilon_high": 0.2, "clip_mode": "one-side"}
+    assert algorithm["kl_loss_fn_args"] == {"kl_coef": 0.0}
+    assert algorithm["entropy_loss_fn_args"] == {"entropy_coef": 0.0}  # ours, for the function we name
+    code, _, err = _dry_run(capsys, tiny_model_dir, gsm8k_dir, *gpu, *rec, "+trinity.algorithm.policy_loss_fn_args.epsilon=1")
+    line = err.strip().splitlines()[-1]
+    assert code == 2 and "Trinity-RFT rejects the translated config" in line and "unexpected keyword argument " \
+        "'epsilon'" in line, err
+    assert list(tmp_path.iterdir()) == []

@@ -300,6 +300,7 @@ def test_werewolves_sample_trains_on_trinity_with_tunes_defaults_and_its_gpu_con
     (folder / "data" / "train.jsonl").write_text("".join(json.dumps({"seed": i}) + "\n" for i in range(4)))
     main = folder / "main.py"
     source = main.read_text().replace('os.environ["TRINITY_AUXILIARY_MODEL_PATH"]', repr(str(warm_model)))
+    source = source.replace('"config.yaml"', '"config_train_goodguy.yaml"')  # its README's second config
     main.write_text(source.replace("        config_path=str(config_path),\n",
                                    "        config_path=str(config_path),\n        backbone=\"trinity\",\n"))
     env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "TRINITY_MODEL_PATH": str(warm_model),
