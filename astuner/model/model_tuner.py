@@ -207,7 +207,7 @@ class ModelTuner(ChatModelBase):
         content: list[Any] = []
         if done.parsed.thinking:
             content.append(ThinkingBlock(type="thinking", thinking=done.parsed.thinking))
-        if done.parsed.text or not done.parsed.tool_calls:
+        if done.parsed.text.strip() or not done.parsed.tool_calls:  # (not the whitespace between tool calls)
             content.append(TextBlock(type="text", text=done.parsed.text))
         for call_id, tool_call in zip(done.call_ids, done.parsed.tool_calls):
             content.append(ToolUseBlock(type="tool_use", id=call_id, name=tool_call.name, input=tool_call.arguments,

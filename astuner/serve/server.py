@@ -88,9 +88,9 @@ class ServeGateway(Gateway):
             if tuner is None:
                 recorder = StoredRecorder(store=self.store, episode=episode, model=self.model, label=episode,
                                           single_call=single_call)
-                if self.store.knows(episode):  # a session that was closed comes back: it continues its calls
-                    recorder.calls = self._stored_calls(episode)
                 tuner = self.sessions[episode] = self.new_tuner(recorder)
+                if self.store.knows(episode):  # a session that was closed comes back: it continues its calls
+                    recorder.calls = self._stored_calls(episode, tuner.tokenizer)
             tuner.recorder.last_used = now
             # a call without a session is kept only while its reply may still be streaming
             idle = [e for e, t in self.sessions.items()
@@ -100,11 +100,16 @@ class ServeGateway(Gateway):
             old.recorder.close()
         return tuner
 
-    def _stored_calls(self, episode: str) -> list[CallRecord]:
+    def _stored_calls(self, episode: str, tokenizer: Any) -> list[CallRecord]:
+        """The episode's calls from the store, as the process that served them held them: each reply's decoded
+        text with its end-of-turn token (what a later prompt is matched against) is its ids decoded again."""
         self.store.flush()
         if self._reader is None:
             self._reader = TraceStore.read(self.store.path)
-        return self._reader.calls(episode)
+        calls = self._reader.calls(episode)
+        for call in calls:
+            call.decoded_response = tokenizer.decode(call.response_ids, skip_special_tokens=False)
+        return calls
 
     def _unauthorized(self) -> Any:  # type: ignore[override]
         return _error(protocol.RequestError("missing or wrong API key: use the key astuner serve printed (or the one "

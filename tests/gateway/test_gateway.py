@@ -83,7 +83,7 @@ def test_the_openai_sdk_reads_the_stream_tool_calls_and_usage(tokenizer):
     tuner, chunks = asyncio.run(go())
     deltas = [c.choices[0].delta for c in chunks if c.choices]
     assert deltas[0].role == "assistant"
-    assert "".join(d.content or "" for d in deltas) == "Sure."
+    assert "".join(d.content or "" for d in deltas) == "Sure.\n"  # the text before the tool call, as generated
     assert "".join(getattr(d, "reasoning_content", None) or "" for d in deltas) == "adding"
     calls = [t for d in deltas for t in (d.tool_calls or [])]
     assert len(calls) == 1 and calls[0].function.name == "add"
@@ -221,6 +221,27 @@ def test_tool_calls_that_do_not_parse_are_reported_and_kept_as_text(tokenizer):
     assert reply.choices[0].finish_reason == "stop"
     assert tuner.recorder.calls[0].tool_call_errors == ["tool call JSON does not parse (Expecting property name "
                                                         "enclosed in double quotes)"]
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+def test_a_reply_is_returned_as_generated_whitespace_included(tokenizer, stream):
+    """The message's content is the reply's text byte for byte, leading and trailing whitespace and blank lines
+    included (it was stripped: every client's log, and anything rebuilt from it, lost them), whole or streamed, and
+    the recorded text is the same."""
+    generated = "  Two spaces first,\n\na blank line, and a newline last.\n"
+
+    async def go():
+        engine = ScriptedEngine(tokenizer, [generated])
+        tuner = tuner_for(engine, tokenizer)
+        create = tuner.as_openai_client().chat.completions.create
+        messages = [{"role": "user", "content": "x"}]
+        if not stream:
+            return tuner, (await create(model="m", messages=messages)).choices[0].message.content
+        chunks = [c async for c in await create(model="m", messages=messages, stream=True)]
+        return tuner, "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+    tuner, content = asyncio.run(go())
+    assert content == generated == tuner.recorder.calls[0].response_text
 
 
 def test_a_blocking_client_on_the_engines_loop_gets_503_naming_the_fix(tokenizer, monkeypatch):

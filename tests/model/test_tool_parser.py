@@ -14,7 +14,8 @@ SCHEMAS = {"get_weather": {"type": "object", "properties": {"city": {"type": "st
 W = ("get_weather", {"city": "Paris"})
 A = ("add", {"a": 2, "b": 3})
 
-# (format, reply, expected calls [(name, args)], expected text, number of errors)
+# (format, reply, expected calls [(name, args)], expected text: what is outside the calls, whitespace included,
+# as generated; number of errors)
 CASES = [
     # hermes
     ("hermes", '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>', [W], "", 0),
@@ -33,14 +34,14 @@ CASES = [
                     "</tool_call>", [W], "", 0),
     ("qwen3_coder", "Sure.\n<tool_call>\n<function=add>\n<parameter=a>\n2\n</parameter>\n<parameter=b>\n3\n"
                     "</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=get_weather>\n<parameter=city>\n"
-                    "Paris\n</parameter>\n</function>\n</tool_call>", [A, W], "Sure.", 0),
+                    "Paris\n</parameter>\n</function>\n</tool_call>", [A, W], "Sure.\n\n", 0),
     ("qwen3_coder", "<tool_call>\n<function=add>\n<parameter=a>\n2.5\n</parameter>\n<parameter=b>\n-1\n</parameter>\n"
                     "<parameter=exact>\ntrue\n</parameter>\n<parameter=tags>\n[\"x\"]\n</parameter>\n</function>\n</tool_call>",
      [("add", {"a": 2.5, "b": -1, "exact": True, "tags": ["x"]})], "", 0),
     ("qwen3_coder", "<tool_call>\n<function=get_weather>\n<parameter=city>\n12345\n</parameter>\n</function>",
      [("get_weather", {"city": "12345"})], "", 0),  # a string parameter stays text; </tool_call> cut at the end
     ("qwen3_coder", "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n", [],
-     "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis", 1),
+     "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n", 1),
     ("qwen3_coder", "<tool_call>\n<parameter=city>\nParis\n</parameter>\n</tool_call>", [],
      "<tool_call>\n<parameter=city>\nParis\n</parameter>\n</tool_call>", 1),
     # llama3_json
@@ -49,7 +50,7 @@ CASES = [
                     '{"name": "add", "parameters": {"a": 2, "b": 3}}', [W, A], "", 0),
     ("llama3_json", "It is sunny in Paris.", [], "It is sunny in Paris.", 0),
     ("llama3_json", '{"name": "get_weather", "parameters": {"city": ', [],
-     '{"name": "get_weather", "parameters": {"city":', 1),
+     '{"name": "get_weather", "parameters": {"city": ', 1),
     ("llama3_json", '{"city": "Paris"}', [], '{"city": "Paris"}', 1),
     # mistral
     ("mistral", '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}, '
@@ -68,7 +69,7 @@ CASES = [
     ("gpt_oss", "<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>5",
      [], "5", 0),
     ("gpt_oss", '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": ', [],
-     '{"city":', 1),
+     '{"city": ', 1),
 ]
 
 

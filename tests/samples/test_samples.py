@@ -12,6 +12,7 @@ import gzip
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.samples.sample_data import ROWS, write_jsonl
+from tests.samples.sample_data import ROWS, prepare_email_search, write_jsonl
 
 HERE = Path(__file__).parent
 def sample(name: str, tmp_path: Path) -> Path:
@@ -202,3 +203,26 @@ def test_math_agent_main_py_trains_on_a_local_copy_of_gsm8k_with_its_subset(tmp_
     assert [m["step"] for m in metrics] == [1, 2]
     for e in episodes:
         assert not e["failed"], e["error"]
+
+
+def test_email_search_main_py_on_debug_names_what_only_trinity_runs_before_anything_is_written(tmp_path,
+                                                                                               tiny_model_dir):
+    """email_search's config names Trinity's `rec` policy loss, its `k2` KL and a batch-level advantage
+    normalization, which the debug backbone has no meaning for: one line naming each and the backbone that runs them
+    (it trains there: the trinity CI job), before a run folder exists."""
+    folder = tmp_path / "email_search"
+    shutil.copytree(HERE / "email_search", folder, ignore=shutil.ignore_patterns("__pycache__"))
+    db = prepare_email_search(folder, sys.executable)
+    env = {**os.environ, "DEFAULT_EMAIL_DB_PATH": str(db), "TRINITY_MODEL_PATH": str(tiny_model_dir),
+           "TRINITY_AUXILIARY_MODEL_PATH": str(tiny_model_dir), "TRINITY_CHECKPOINT_ROOT_DIR": str(tmp_path / "ckpt")}
+    done = subprocess.run([sys.executable, "main.py"], cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode != 0 and "(a Trinity-RFT config)" in last, done.stderr[-3000:]
+    for said in ("algorithm.advantage_fn_args.std_cal_level: 'batch'", "algorithm.policy_loss_fn='rec'",
+                 "algorithm.kl_loss_fn='k2'", 'use backbone="trinity"'):
+        assert said in last
+    assert not (tmp_path / "ckpt").exists()
+    # the sample's own prepare_data.py built the inbox: its full-text index answers the tools
+    with sqlite3.connect(db) as conn:
+        (count,) = conn.execute("SELECT count(*) FROM emails_fts WHERE emails_fts MATCH 'curve'").fetchone()
+    assert count == 1

@@ -38,8 +38,8 @@ class SpyEngine:
         return None
 
 
-@pytest.fixture
-def served(tiny_model_dir, tmp_path):
+def serving(model_dir, store_path):
+    """A ServeGateway over the real hf engine (spied) writing into the store at `store_path`."""
     from transformers import AutoTokenizer
 
     from astuner.model.chat.tool_parser import resolve_format, resolve_reasoning
@@ -48,16 +48,21 @@ def served(tiny_model_dir, tmp_path):
     from astuner.model.model_tuner import ModelTuner
     from astuner.serve.server import ServeGateway, serving_settings
 
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    engine = SpyEngine(HFEngine.from_pretrained(str(tiny_model_dir), tokenizer, seed=0))
-    store = TraceStore.open_for_writing(tmp_path / "traces.db", "tiny")
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    engine = SpyEngine(HFEngine.from_pretrained(str(model_dir), tokenizer, seed=0))
+    store = TraceStore.open_for_writing(store_path, "tiny")
 
     def new_tuner(recorder):
         return ModelTuner(engine, tokenizer, SamplingParams(1.0, 1.0, 24), 1024, recorder, model_name="tiny",
                           reply_format=(resolve_format("auto", tokenizer), resolve_reasoning("auto")),
                           gateway_settings=serving_settings())
 
-    gateway = ServeGateway(new_tuner, store, KEY, "tiny").start()
+    return ServeGateway(new_tuner, store, KEY, "tiny").start(), engine, store
+
+
+@pytest.fixture
+def served(tiny_model_dir, tmp_path):
+    gateway, engine, store = serving(tiny_model_dir, tmp_path / "traces.db")
     yield gateway, engine, store
     gateway.stop()
     store.close()
@@ -108,6 +113,45 @@ def test_a_served_episodes_rows_are_the_engines_ids(served):
     store.flush()
     assert reader.episodes()[0]["reward"] == 1.0
     assert [(f["reward"], f["metadata"]) for f in reader.feedback("episode-1")] == [(0.5, {"by": "user"}), (1.0, None)]
+
+
+def test_a_session_continues_across_a_restart_of_serve_on_its_store(tiny_model_dir, tmp_path):
+    """`astuner serve` stopped and started again on its store: a session's next call continues its stored calls
+    exactly as within one process (the earlier prompt and reply, id for id), and a request that continues none of
+    them (the client's episode started over under the same id) is rendered afresh. It used to be matched against
+    the stored calls as if each reply were empty: the old prompt and reply were sent again as its prompt, the
+    engine answered from there and the store held a call whose messages and ids disagree."""
+    from transformers import AutoTokenizer
+
+    from astuner.model.chat.rerender import check_episode
+
+    messages = [{"role": "system", "content": "Call read_sensor, then answer."},
+                {"role": "user", "content": "What does sensor S1 read?"}]
+    gateway, _, store = serving(tiny_model_dir, tmp_path / "traces.db")
+    reply = client(gateway, session="episode-0").chat.completions.create(
+        model="tiny", messages=messages, max_tokens=12, temperature=1.0).choices[0].message.content
+    gateway.stop()
+    store.close()
+
+    gateway, engine, store = serving(tiny_model_dir, tmp_path / "traces.db")  # the restart, the same store
+    try:
+        sdk = client(gateway, session="episode-0")
+        later = messages + [{"role": "assistant", "content": reply}, {"role": "user", "content": "And now?"}]
+        sdk.chat.completions.create(model="tiny", messages=later, max_tokens=8)
+        again = sdk.chat.completions.create(model="tiny", messages=messages, max_tokens=8)  # started over
+        store.flush()
+        first, second, third = TraceStore.read(store.path).calls("episode-0")
+    finally:
+        gateway.stop()
+        store.close()
+    assert second.prompt_ids[:len(first.prompt_ids) + len(first.response_ids)] == \
+        first.prompt_ids + first.response_ids  # continued from the store, the reply's ids as generated
+    assert second.prompt_ids[len(first.prompt_ids) + len(first.response_ids):]  # then the new user turn
+    assert third.messages == messages and third.prompt_ids == first.prompt_ids  # rendered afresh, not continued
+    assert [prompt for prompt, _ in engine.results] == [second.prompt_ids, third.prompt_ids]
+    assert again.choices[0].message.content == third.response_text or third.finish_reason == "length"
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    assert check_episode(tokenizer, "episode-0", [first, third]).passed  # its fresh call re-renders to its ids
 
 
 def test_sessions_keys_and_feedback_errors(served):

@@ -54,8 +54,8 @@ def continued_call(prompt_text: str, calls: Sequence[CallRecord]) -> Optional[tu
     prompt, and its reply verbatim or re-rendered); the longest such, or None."""
     best: Optional[tuple[CallRecord, int]] = None
     for call in calls:
-        if not prompt_text.startswith(call.prompt_text):
-            continue
+        if not prompt_text.startswith(call.prompt_text) or (call.response_ids and not call.decoded_response):
+            continue  # (a reply whose decoded text is unknown continues nothing: its ids would be reused blindly)
         done = call.prompt_text + call.decoded_response
         if prompt_text.startswith(done):
             used = len(done)

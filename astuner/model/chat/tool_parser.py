@@ -278,8 +278,7 @@ def _gpt_oss(text: str, tool_names: Optional[set[str]]) -> ParsedReply:
             thinking.append(body.strip())
         else:
             texts.append(body)
-    return ParsedReply(text="".join(texts).strip(), thinking="\n".join(thinking) or None, tool_calls=calls,
-                       errors=errors)
+    return ParsedReply(text="".join(texts), thinking="\n".join(thinking) or None, tool_calls=calls, errors=errors)
 
 
 def parse_reply(text: str, tool_names: Optional[set[str]] = None, fmt: str = "hermes", reasoning: str = "auto",
@@ -302,4 +301,5 @@ def parse_reply(text: str, tool_names: Optional[set[str]] = None, fmt: str = "he
             call.raw = text[f.start:f.end]
             calls.append(call)
     kept.append(text[last:])
-    return ParsedReply(text="".join(kept).strip(), thinking=thinking, tool_calls=calls, errors=errors)
+    # the text as generated, whitespace included (what vLLM's OpenAI server returns as the message's content)
+    return ParsedReply(text="".join(kept), thinking=thinking, tool_calls=calls, errors=errors)

@@ -321,3 +321,37 @@ def test_werewolves_sample_trains_on_trinity_with_tunes_defaults_and_its_gpu_con
     for step in (1, 2):
         kept = 16 - explorer["experience_pipeline/padding"][step]
         assert explorer["experience_pipeline/operator_filtered_count"][step] + kept == 16, explorer
+
+
+def test_email_search_sample_trains_on_trinity_with_its_own_loss_and_judge(warm_model, tmp_path):
+    """agentscope-samples' email_search as a user runs it on Trinity: its README's preparation (the sample's own
+    prepare_data.py builds the inbox's SQLite database, DEFAULT_EMAIL_DB_PATH names it), its main.py with
+    `backbone="trinity"`, its config as written but for size edits: Trinity's `rec` policy loss with its own
+    arguments (ours were merged into them: RECPolicyLossFn got clip_range_low inside Ray), a replay buffer, a
+    tool-calling ReActAgent over the database and an LLM judge on an auxiliary model."""
+    import shutil
+
+    from tests.samples.sample_data import prepare_email_search
+
+    folder = tmp_path / "email_search"
+    shutil.copytree(REPO_ROOT / "tests" / "samples" / "email_search", folder,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    said = {"DEFAULT_EMAIL_DB_PATH": str(prepare_email_search(folder, sys.executable))}
+    main = folder / "main.py"
+    main.write_text(main.read_text().replace("    tune(\n", "    tune(\n        backbone=\"trinity\",\n"))
+    env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, **said, "TRINITY_MODEL_PATH": str(warm_model),
+           "TRINITY_AUXILIARY_MODEL_PATH": str(warm_model), "TRINITY_CHECKPOINT_ROOT_DIR": str(tmp_path / "ckpt")}
+    proc = subprocess.run([sys.executable, "main.py"], cwd=folder, env=env, capture_output=True, text=True, timeout=900)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-4000:]
+    assert "trinity.buffer.train_batch_size 2560 runs as 16 in the CPU mode" in log
+    root = tmp_path / "ckpt" / "AgentScope" / "Email_search"
+    algorithm = yaml.safe_load((root / "trinity_config.yaml").read_text())["algorithm"]
+    file_args = yaml.safe_load((folder / "config.yaml").read_text())["algorithm"]["policy_loss_fn_args"]
+    assert algorithm["policy_loss_fn"] == "rec" and algorithm["policy_loss_fn_args"] == file_args
+    trainer = scalars(root / "monitor" / "tensorboard" / "trainer")
+    assert set(trainer["actor/pg_loss"]) == {1, 2}  # both steps trained
+    explorer = scalars(root / "monitor" / "tensorboard" / "explorer")
+    assert min(explorer["rollout/calls/mean"].values()) > 1  # the agent's turns over its tools
+    assert explorer["rollout/auxiliary_calls/mean"] == {1: 1.0, 2: 1.0}  # the judge, once an episode
+    assert set(explorer["rollout/accuracy/mean"]) == {1, 2}  # its metrics reached Trinity's monitor
