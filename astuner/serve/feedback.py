@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 
 class FeedbackRefused(RuntimeError):
-    """The server answered the feedback with an error (its message)."""
+    """The server answered the feedback with an error (its message), or no server answered."""
 
 
 def send_feedback(base_url: str, api_key: str, episode: str, reward: float,
@@ -15,8 +15,11 @@ def send_feedback(base_url: str, api_key: str, episode: str, reward: float,
     (its `/v1` URL); the server's answer, or FeedbackRefused with its message."""
     import httpx
 
-    response = httpx.post(f"{base_url.rstrip('/')}/feedback", json=_body(episode, reward, metadata),
-                          timeout=timeout_s, headers={"Authorization": f"Bearer {api_key}"})
+    try:
+        response = httpx.post(f"{base_url.rstrip('/')}/feedback", json=_body(episode, reward, metadata),
+                              timeout=timeout_s, headers={"Authorization": f"Bearer {api_key}"})
+    except httpx.TransportError as exc:
+        raise _unreachable(base_url, exc) from None
     return _answer(response)
 
 
@@ -25,10 +28,17 @@ async def send_feedback_async(base_url: str, api_key: str, episode: str, reward:
     """The same from async code (an agent's own event loop), without a thread."""
     import httpx
 
-    async with httpx.AsyncClient(timeout=timeout_s) as client:
-        response = await client.post(f"{base_url.rstrip('/')}/feedback", json=_body(episode, reward, metadata),
-                                     headers={"Authorization": f"Bearer {api_key}"})
+    try:
+        async with httpx.AsyncClient(timeout=timeout_s) as client:
+            response = await client.post(f"{base_url.rstrip('/')}/feedback", json=_body(episode, reward, metadata),
+                                         headers={"Authorization": f"Bearer {api_key}"})
+    except httpx.TransportError as exc:
+        raise _unreachable(base_url, exc) from None
     return _answer(response)
+
+
+def _unreachable(base_url: str, exc: Exception) -> FeedbackRefused:
+    return FeedbackRefused(f"feedback not sent: no server answered at {base_url} ({type(exc).__name__}: {exc})")
 
 
 def _body(episode: str, reward: float, metadata: Optional[dict[str, Any]]) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 from loguru import logger
 
-from astuner.gateway import protocol
+from astuner.gateway import limits, protocol
 from astuner.gateway.keys import Lease
 from astuner.gateway.server import Gateway, _bearer, _error, _json
 from astuner.records.trace_store import TraceStore
@@ -32,6 +32,7 @@ from astuner.schema.calls import CallRecord, EpisodeRecorder
 
 SESSION_HEADER = "x-session-id"
 SINGLE_CALL_S = 600.0  # how long an episode of one call (no X-Session-Id) stays open: its reply's time to stream
+FEEDBACK_BYTES = 1 << 20  # the largest feedback body read (its metadata included)
 SESSION_ID = re.compile(r"^[\x21-\x7e]{1,200}$")  # printable ASCII, no spaces: it goes back in a header
 
 
@@ -141,8 +142,10 @@ class ServeGateway(Gateway):
     async def feedback(self, request: Any) -> Any:
         if not secrets.compare_digest(_bearer(request.headers.get("authorization")) or "", self.key):
             return self._unauthorized()
-        try:
-            body = json.loads(await request.body())
+        try:  # read only within its limit: an episode id, a number and a metadata object
+            body = json.loads(await limits.read_body(request, FEEDBACK_BYTES, "a feedback body's limit"))
+        except protocol.RequestError as exc:
+            return _error(exc)
         except (ValueError, UnicodeDecodeError, RecursionError):
             return _error(protocol.RequestError("the feedback body is not JSON"))
         try:

@@ -103,8 +103,14 @@ def parse_line(row: Any, n: int) -> LogCall:
         raise ValueError("not a JSON object")
     if "request" in row:
         request, response = row["request"], row.get("response") or {}
+        if not isinstance(request, dict):
+            raise ValueError("its 'request' is not a JSON object")
         messages, tools = list(request.get("messages") or []), request.get("tools")
         choices = response.get("choices") if isinstance(response, dict) else None
+        if not choices and ("input" in request or isinstance(response, dict) and (
+                response.get("object") == "response" or "output" in response)):
+            raise ValueError("an OpenAI Responses API call (request.input, response.output), not a chat completion: "
+                             "log the calls through chat.completions, or write each as {messages: [..., the reply]}")
         if not choices:
             raise ValueError("a request without a response (no choices)")
         reply = choices[0]["message"]

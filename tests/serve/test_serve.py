@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -188,6 +189,20 @@ def test_sessions_keys_and_feedback_errors(served):
                          (b"{", "not JSON")]:
         answer = httpx.post(f"{gateway.base_url}/feedback", headers={"Authorization": f"Bearer {KEY}"}, content=body)
         assert answer.status_code == 400 and needle in answer.json()["error"]["message"], (body, answer.text)
+    # an oversized body: refused (413) on its declared length, before any of it is read (no body follows here: a
+    # server reading it would wait), and a body without a length as soon as it passes the limit
+    import socket
+    from urllib.parse import urlsplit
+
+    where = urlsplit(gateway.base_url)
+    with socket.create_connection((where.hostname, where.port), timeout=30) as sock:
+        sock.sendall(f"POST /v1/feedback HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\nContent-Type: "
+                     f"application/json\r\nContent-Length: {10 << 20}\r\n\r\n".encode())
+        head = sock.recv(65536).decode(errors="replace")
+    assert head.startswith("HTTP/1.1 413") and "over the gateway's limit of 1048576 bytes" in head, head
+    answer = httpx.post(f"{gateway.base_url}/feedback", headers={"Authorization": f"Bearer {KEY}"},
+                        content=iter([b'{"episode": "s2", "reward": 1, "metadata": {"x": "', b"y" * (2 << 20), b'"}}']))
+    assert answer.status_code == 413 and answer.json()["error"]["code"] == "request_too_large"
     store.flush()
     assert TraceStore.read(store.path).feedback("s2") == []  # nothing refused was recorded
 
@@ -223,3 +238,23 @@ def test_the_command_serves_records_and_stops_on_sigterm(tiny_model_dir, tmp_pat
     assert episode["id"] == "cli" and episode["calls"] == 1 and episode["reward"] == 1.0
     time.sleep(0)
     assert json.loads(json.dumps(episode))  # plain data
+
+
+def test_play_waits_for_the_server_and_says_in_one_line_when_none_answers(tmp_path):
+    """The traces tutorial's play.py started before `astuner serve` has loaded its model: it waits (up to --wait-s)
+    and, with no server, says so in one line; feedback to no server is a FeedbackRefused, which play.py catches (an
+    httpx.ConnectError escaped it as a traceback)."""
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1"
+    play = Path(__file__).resolve().parents[2] / "tutorial" / "example_traces" / "play.py"
+    done = subprocess.run([sys.executable, str(play), "--base-url", url, "--key", KEY, "--episodes", "1", "--wait-s",
+                           "2"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and done.stderr.strip().splitlines() == [
+        f"play.py: no astuner serve answers at {url} after 2 s (ConnectError: [Errno 111] Connection refused); "
+        f"start it first, or wait longer: --wait-s"], done.stderr
+    with pytest.raises(FeedbackRefused, match=f"feedback not sent: no server answered at {url} \\(ConnectError"):
+        send_feedback(url, KEY, "episode-0", 1.0)

@@ -39,16 +39,23 @@ def test_import_renders_groups_rewards_and_reports(tiny_model_dir, tokenizer, tm
         {"messages": [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi there"}]},
         "{not json", {"messages": [{"role": "user", "content": "no reply"}]},
         {"request": {"messages": ASK}, "response": {"choices": []}},
+        # a Responses API call and a request that is not an object: each its own reason
+        {"request": {"model": "m", "input": "What does sensor S1 read?"},
+         "response": {"object": "response", "output": [{"type": "message", "content": []}]}},
+        {"request": ["not", "an", "object"], "response": {"choices": [{"message": CALL}]}},
     ])
     store = tmp_path / "traces.db"
     code, out, err = run_cli(["traces", "import", str(log), "--store", str(store), "--model", str(tiny_model_dir),
                               "--json"], capsys)
     assert code == 0, err
     report = json.loads(out)
-    assert (report["lines"], report["episodes"], report["calls"], report["rewards"]) == (6, 2, 3, 1)
-    assert [s.split(":")[0] for s in report["skipped"]] == ["line 4", "line 5", "line 6"]
+    assert (report["lines"], report["episodes"], report["calls"], report["rewards"]) == (8, 2, 3, 1)
+    assert [s.split(":")[0] for s in report["skipped"]] == ["line 4", "line 5", "line 6", "line 7", "line 8"]
+    assert report["skipped"][2] == "line 6: a request without a response (no choices)"
+    assert report["skipped"][3].startswith("line 7: an OpenAI Responses API call (request.input, response.output)")
+    assert report["skipped"][4] == "line 8: its 'request' is not a JSON object"
     assert report["check"] == {"episodes": 2, "passed": 2, "causes": {}, "failed": []}
-    assert "imported 3 calls in 2 episodes (1 with a reward) from 6 lines" in err
+    assert "imported 3 calls in 2 episodes (1 with a reward) from 8 lines" in err
 
     reader = TraceStore.read(store)
     assert [(e["id"], e["source"], e["calls"], e["reward"]) for e in reader.episodes()] == \

@@ -26,6 +26,31 @@ from astuner.task_judge.math_answer import answers_match, extract_answer  # noqa
 TASKS = Path(__file__).resolve().parents[1] / "example_agent_cpu" / "train.jsonl"
 
 
+def wait_for_server(base_url: str, key: str, wait_s: float) -> None:
+    """Until `astuner serve` answers at `base_url` (it loads its model first: seconds to minutes); SystemExit with
+    one line when it does not within `wait_s` or refuses the key."""
+    import time
+
+    import httpx
+
+    deadline, said = time.monotonic() + wait_s, ""
+    while True:
+        try:
+            response = httpx.get(f"{base_url.rstrip('/')}/models", headers={"Authorization": f"Bearer {key}"},
+                                 timeout=10)
+            if response.status_code == 401:
+                raise SystemExit(f"play.py: {base_url} refuses the key (HTTP 401): give the key astuner serve uses")
+            if response.status_code == 200:
+                return
+            said = f"HTTP {response.status_code}"
+        except httpx.TransportError as exc:
+            said = f"{type(exc).__name__}: {exc}"
+        if time.monotonic() > deadline:
+            raise SystemExit(f"play.py: no astuner serve answers at {base_url} after {wait_s:.0f} s ({said}); "
+                             f"start it first, or wait longer: --wait-s")
+        time.sleep(1)
+
+
 async def play(base_url: str, key: str, episodes: int, concurrency: int, rate: bool = True) -> float:
     tasks = [json.loads(line) for line in TASKS.read_text().splitlines()]
     limit = asyncio.Semaphore(concurrency)
@@ -46,7 +71,7 @@ async def play(base_url: str, key: str, episodes: int, concurrency: int, rate: b
             try:
                 if rate:
                     await send_feedback_async(base_url, key, session, reward)
-            except FeedbackRefused as exc:  # an episode that failed before its first reply left no calls
+            except FeedbackRefused as exc:  # no calls (it failed before its first reply), or no server answered
                 print(f"{session}: {exc}", file=sys.stderr)
         rewards.append(reward)
 
@@ -62,7 +87,10 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--unrated", action="store_true",
                         help="send no feedback (the episodes are judged afterwards: astuner traces judge)")
+    parser.add_argument("--wait-s", type=float, default=600.0,
+                        help="how long to wait for the server to answer first (it loads its model: default 600)")
     args = parser.parse_args()
+    wait_for_server(args.base_url, args.key, args.wait_s)
     rate = asyncio.run(play(args.base_url, args.key, args.episodes, args.concurrency, not args.unrated))
     print(f"{args.episodes} episodes played{'' if args.unrated else ' and rated'}: success {rate:.3f}")
 
