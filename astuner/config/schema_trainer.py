@@ -114,7 +114,7 @@ class TracesConfig:
     batch_size: int = key(16, "Episodes per step.", gt=0, backbones=DEBUG)
     lr: float = key(5.0e-4, "sft: learning rate (AdamW, no weight decay); pg: trainer_common.optim's.", gt=0,
                     backbones=DEBUG)
-    allow_mismatch: bool = key(False, "Train on the episodes the re-render check finds mismatched too.",
+    allow_mismatch: bool = key(False, "Train on the episodes whose prompts the re-render check finds mismatched too.",
                                backbones=DEBUG)
     then_rl: bool = key(
         False, "After training from the store, the run's RL steps on its own tasks (total_training_steps / "

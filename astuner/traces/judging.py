@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from astuner.errors import DataError
-from astuner.gateway.protocol import openai_tool_calls
-from astuner.model.chat.tool_parser import detect_format, parse_reply
+from astuner.model.chat.replies import reply_message
 from astuner.records.trace_store import TraceStore
 from astuner.rollout.manager import split_metrics
 from astuner.schema import WorkflowOutput, WorkflowTask
@@ -44,25 +43,9 @@ class JudgeReport:
                 "mean_reward": mean}
 
 
-def final_reply(record: CallRecord, reply_format: tuple[str, str]) -> dict[str, Any]:
-    """The last reply as an assistant message, split as the gateway splits a reply: its text, its tool calls
-    (OpenAI's shape) and its thinking (`reasoning_content`) apart. `reply_format`: (tool-call format, reasoning
-    parser); a format of "auto" is the one the call's rendered prompt shows (its tools' instructions)."""
-    fmt, reasoning = reply_format
-    parsed = parse_reply(record.response_text, fmt=detect_format(record.prompt_text) if fmt == "auto" else fmt,
-                         reasoning=reasoning)
-    message: dict[str, Any] = {"role": "assistant", "content": parsed.text}
-    if parsed.tool_calls:
-        ids = [f"call_{i}" for i in range(len(parsed.tool_calls))]
-        message["tool_calls"] = openai_tool_calls(parsed.tool_calls, ids)
-    if parsed.thinking:
-        message["reasoning_content"] = parsed.thinking
-    return message
-
-
 def episode_as_task(episode: dict[str, Any], calls: list[CallRecord],
                     reply_format: tuple[str, str] = ("auto", "auto")) -> tuple[WorkflowTask, WorkflowOutput]:
-    reply = final_reply(calls[-1], reply_format)
+    reply = reply_message(calls[-1], reply_format)
     messages = [*calls[-1].messages, reply]
     query = next((m["content"] for m in messages if m.get("role") == "user"), None)
     task = Task(task_id=episode["id"], main_query=query,

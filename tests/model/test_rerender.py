@@ -72,20 +72,54 @@ def test_a_template_that_drops_think_is_caught(tokenizer):
     # reply's text, renders it without: the tokens trained from a re-render would not be the ones the model saw
     assert "<think>" in tokenizer.decode(calls[1].prompt_ids)
     check = check_episode(tokenizer, "think", calls)
-    assert not check.passed and check.causes == ["think"] and check.first_failed_call == 1
+    # the first reply rebuilt from its message (text, thinking apart) loses the block too: a trainer re-rendering
+    # the conversation would train the reply without it
+    assert not check.passed and check.causes == ["reply_think", "think"] and check.first_failed_call == 0
 
 
 def test_reserialised_tool_json_is_caught(tokenizer):
     reply = '<tool_call>\n{"arguments": {}, "name": "read_sensor"}\n</tool_call>'  # the model's key order
     calls = recorded(tokenizer, [reply, "It reads 497."], as_tool_call)
     check = check_episode(tokenizer, "tool", calls)
-    assert not check.passed and check.causes == ["tool_json"]
+    assert not check.passed and check.causes == ["reply_tool_json", "tool_json"]  # the reply rebuilt, then history
     both = recorded(tokenizer, ["<think>read it</think>" + reply, "497."], as_tool_call)
-    assert check_episode(tokenizer, "both", both).causes == ["think+tool_json"]
+    assert check_episode(tokenizer, "both", both).causes == ["reply_think+tool_json", "think+tool_json"]
     report = summary([check_episode(tokenizer, "clean", recorded(tokenizer, ["4.", "4."], as_text)), check,
                       check_episode(tokenizer, "both", both)])
-    assert report == {"episodes": 3, "passed": 1, "causes": {"tool_json": 1, "think+tool_json": 1},
+    assert report == {"episodes": 3, "passed": 1, "causes": {"reply_tool_json": 1, "tool_json": 1,
+                                                             "reply_think+tool_json": 1, "think+tool_json": 1},
                       "failed": ["tool", "both"]}
+
+
+def test_a_reply_generated_in_other_tokens_than_the_tokenizers_is_caught(tokenizer):
+    """The model may sample a reply's text in other tokens than the tokenizer would give it (here char by char);
+    the prompt of every call still re-renders to its ids (continuation reuses the reply's own ids), so only the
+    reply check sees that a trainer re-tokenizing the reply would train on other tokens. The last call's reply has
+    no later call to show it: it is checked too."""
+    from astuner.model.chat.rerender import check_call, check_reply
+    from tests.helpers import ScriptedEngine
+
+    tuner = ModelTuner(ScriptedEngine(tokenizer, ["It is 4.", "Sure: 4."]), tokenizer, SamplingParams(1.0, 1.0, 64),
+                       2048)
+    messages = [{"role": "system", "content": "Answer."}, {"role": "user", "content": "What is 2+2?"}]
+
+    async def play():
+        for turn in range(2):
+            done = await tuner.complete(tuner.prepare(messages if turn == 0 else later, TOOLS))
+            tuner.recorder.add(done.record)
+
+    later = messages + [{"role": "assistant", "content": "It is 4."}, {"role": "user", "content": "Sure?"}]
+    asyncio.run(play())
+    first, last = tuner.recorder.calls
+    assert first.response_ids[:-1] != tokenizer.encode("It is 4.", add_special_tokens=False)  # char by char
+    # an episode of one call: its prompt re-renders to its ids; only its reply shows it (it used to pass)
+    assert check_call(tokenizer, first) is None and check_reply(tokenizer, first) == "reply_tokenization"
+    assert check_episode(tokenizer, "one", [first]).causes == ["reply_tokenization"]
+    # the later call's prompt holds the first reply's ids (tokenization), and its own reply is checked too
+    assert check_call(tokenizer, last) == "tokenization" and check_reply(tokenizer, last) == "reply_tokenization"
+    assert check_episode(tokenizer, "two", [first, last]).causes == ["reply_tokenization", "tokenization"]
+    clean = recorded(tokenizer, ["It is 4.", "Yes, 4."], as_text)  # the tokenizer's own ids: every reply passes
+    assert [check_reply(tokenizer, call) for call in clean] == [None, None]
 
 
 def test_causes_named_by_what_undoes_them():

@@ -3,9 +3,10 @@ played (`astuner serve`, `astuner traces import`), as the debug trainer's sample
 
 Which episodes: those with a reward; with `min_reward`, those at or above it; with `best_per_task`, the best of
 each task (a task: the episode's first user message); and only those whose messages render again to the tokens
-recorded (astuner.model.chat.rerender), unless `allow_mismatch`. `pg` also needs the behaviour log-probs (served
-episodes have them, imported logs do not) and one sampling temperature (the most common; the others are left
-out): the learner's ratio pi/pi_behaviour is of that temperature. Each reason an episode is left out is counted.
+recorded (astuner.model.chat.rerender, its prompts only: each reply is trained as generated), unless
+`allow_mismatch`. `pg` also needs the behaviour log-probs (served episodes have them, imported logs do not) and one
+sampling temperature (the most common; the others are left out): the learner's ratio pi/pi_behaviour is of that
+temperature. Each reason an episode is left out is counted.
 
 What is trained: `sft` — the chosen episodes' generated tokens by cross-entropy (the warm start's trainer,
 backbone/debug/sft.py); `pg` — `steps` updates of the learner, each on `batch_size` episodes drawn at random
@@ -68,7 +69,9 @@ def choose(path: str | Path, cfg: Any, tokenizer: Any) -> ChosenTraces:
         if not calls:
             left_out["no_calls"] += 1
             continue
-        if not t.allow_mismatch and not check_episode(tokenizer, episode["id"], calls).passed:
+        # the prompts as the agent's framework renders its conversation; the replies are trained as generated
+        # (their recorded ids), so a reply in other tokens than the tokenizer's leaves nothing out here
+        if not t.allow_mismatch and not check_episode(tokenizer, episode["id"], calls, replies=False).passed:
             left_out["mismatched"] += 1
             continue
         if t.mode == "pg" and any(len(c.logprobs) != len(c.response_ids) or not c.sampling for c in calls):
