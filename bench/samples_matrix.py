@@ -83,7 +83,8 @@ DATA_AUGMENT = [("run", ["{astuner}", "--conf", "tutorial/example_tiny_cpu/tiny_
                          "astuner.trainer_common.total_training_steps=100"]),
                 ("run", ["{py}", "tutorial/example_data_augment/prepare_data.py", "--conf",
                          "tutorial/example_data_augment/config_difficulty.yaml", "--input",
-                         "tutorial/example_tiny_cpu/train.jsonl", "--output", "launcher_record/.data/train_features.jsonl",
+                         "tutorial/example_tiny_cpu/train.jsonl", "--output",
+                         "launcher_record/.data/train_features.jsonl",
                          "--model", "pass_rate_weak=launcher_record/.models/tiny_cpu_seed0", "--model",
                          "pass_rate_strong=launcher_record/tiny_cpu/checkpoints/global_step_100/model"])]
 TUTORIALS = {  # YAML: (its preparation, a server it runs beside, what a newcomer without the hub gives it)

@@ -135,7 +135,8 @@ def test_werewolves_main_py_trains_with_each_of_the_samples_trinity_configs(tmp_
     assert "applied on backbone trinity only: " in log and "explorer.over_rollout.ratio" in log
     import yaml
 
-    written = yaml.safe_load((tmp_path / "ckpt" / "AgentScope-Werewolves" / name / "config.yaml").read_text())["astuner"]  # tune(): no cap, no reward rewrite
+    root = tmp_path / "ckpt" / "AgentScope-Werewolves" / name
+    written = yaml.safe_load((root / "config.yaml").read_text())["astuner"]  # tune(): no cap, no reward rewrite
     assert written["rollout"]["multi_turn"]["max_sample_per_task"] is None
     assert written["rollout"]["compute_madness_checklist"] == []
     assert written["auxiliary_models"]["participant"]["path"] == str(tiny_model_dir)  # explorer.auxiliary_models

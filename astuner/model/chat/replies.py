@@ -26,7 +26,8 @@ def reply_message(record: CallRecord, reply_format: tuple[str, str] = ("auto", "
                          reasoning=reasoning)
     message: dict[str, Any] = {"role": "assistant", "content": parsed.text}
     if parsed.tool_calls:
-        message["tool_calls"] = openai_tool_calls(parsed.tool_calls, [f"call_{i}" for i in range(len(parsed.tool_calls))])
+        ids = [f"call_{i}" for i in range(len(parsed.tool_calls))]
+        message["tool_calls"] = openai_tool_calls(parsed.tool_calls, ids)
     if parsed.thinking:
         message["reasoning_content"] = parsed.thinking
     return message
