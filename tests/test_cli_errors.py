@@ -169,6 +169,12 @@ CASES: list[tuple[str, Optional[Callable[[str], str]], list[str], list[str]]] = 
     ("exp-dir-under-a-file", None, ["--exp-dir", "a_file/runs"], ["a_file is a file"]),
     # issue 29: a traceback (exit 1) at launch, "config OK" at --dry-run
     ("exp-dir-under-proc", None, ["--exp-dir", "/proc/astuner-runs"], ["no run folder can be made in /proc"]),
+    ("traces-pg-min-reward", None, ["astuner.trainer_common.traces.mode=pg",
+                                    "astuner.trainer_common.traces.min_reward=1.0"],
+     ["'astuner.trainer_common.traces.min_reward=1.0': chooses the episodes sft trains on", "use traces.mode sft"]),
+    ("traces-pg-best-per-task", None, ["astuner.trainer_common.traces.mode=pg",
+                                       "astuner.trainer_common.traces.best_per_task=true"],
+     ["'astuner.trainer_common.traces.best_per_task=true': chooses the episodes sft trains on"]),
     ("sft-steps-without-expert", None, ["astuner.trainer_common.sft.steps=100"],
      ["astuner.trainer_common.sft.steps > 0 needs an expert"]),
     ("sft-expert-not-async", None, ["astuner.trainer_common.sft.steps=100",

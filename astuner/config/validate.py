@@ -247,6 +247,11 @@ def _check_rules(cfg: AstunerConfig, b: _Builder) -> None:
     if ok("astuner.trainer_common.traces.store") and traces.store and cfg.policies:
         b.error("astuner.trainer_common.traces.store", "astuner.trainer_common.traces trains the one policy of a run; "
                 "this config has several (astuner.policies): train from the store with a config of one policy")
+    for name, neutral in (("min_reward", None), ("best_per_task", False)):  # sft's choice of episodes
+        if ok(f"astuner.trainer_common.traces.{name}") and traces.mode == "pg" and getattr(traces, name) != neutral:
+            b.error(f"astuner.trainer_common.traces.{name}", f"chooses the episodes sft trains on; traces.mode pg "
+                    f"learns from every rewarded episode against its batch's mean reward, which this would not "
+                    f"change: remove it, or use traces.mode sft")
     off = cfg.trainer_common.off_policy
     if ok(*(f"astuner.trainer_common.off_policy.{k}" for k in ("max_staleness", "sync_interval", "sync_offset"))):
         from astuner.config.sync_schedule import problem
