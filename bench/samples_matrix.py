@@ -92,8 +92,11 @@ TUTORIALS = {  # YAML: (its preparation, a server it runs beside, what a newcome
     "example_tiny_cpu/tiny_cpu.yaml": ([], None, []),
     "example_multi_agent_cpu/signal_game.yaml": ([], None, []),
     "example_openai_agent/openai_agent.yaml": ([], None, []),
-    "example_math_agent/math_agent.yaml": ([], None, ["astuner.model.path={model}",
-                                                      "astuner.task_reader.huggingface_dat_repo.dataset_path={gsm8k}"]),
+    "example_math_agent/math_agent.yaml": ([], None, [  # the seed YAML, sized for GPUs: size edits for the CPU
+        "astuner.model.path={model}", "astuner.task_reader.huggingface_dat_repo.dataset_path={gsm8k}",
+        "astuner.data.train_batch_size=4", "astuner.data.max_prompt_length=1024",
+        "astuner.data.max_response_length=256", "astuner.rollout.max_model_len=2048", "astuner.rollout.max_response_length_in_one_turn=64",
+        "astuner.trainer_common.trinity_only__n_vllm_engine=1", "trinity.trainer.max_token_len_per_gpu=4096"]),
     "example_data_augment/config_random.yaml": (DATA_AUGMENT, None, []),
     "example_data_augment/config_difficulty.yaml": (DATA_AUGMENT, None, []),
     "example_env_service/guess_number.yaml": (
@@ -206,7 +209,7 @@ def tutorial_cell(conf: str, backbone: str, prepared: Path, work: Path, model: P
         steps.stop()
 
 
-def tutorials(backbones: list[str], work: Path, model: Path) -> None:
+def tutorials(backbones: list[str], work: Path, model: Path, only: list[str]) -> None:
     """Each YAML under tutorial/ × the backbones, as a newcomer runs it from its README: the preparation steps,
     `--dry-run`, then 2 steps (`total_training_steps=2`) where the dry run passes; a hub model is replaced by the
     tiny local one (heads of 64) and the hub dataset by the local GSM8K. Each cell in a copy of tutorial/."""
@@ -214,7 +217,7 @@ def tutorials(backbones: list[str], work: Path, model: Path) -> None:
     print("| --- |" + " --- |" * len(backbones))
     counts = {"ran": 0, "refused": 0, "failed": 0, "its preparation failed": 0}
     began = time.monotonic()
-    for conf in TUTORIALS:
+    for conf in [c for c in TUTORIALS if not only or any(name in c for name in only)]:
         prepared, failed = prepare_tutorial(conf, work, model)
         cells = []
         for backbone in backbones:
@@ -235,14 +238,15 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--samples", nargs="+", default=list(CELLS))
     parser.add_argument("--backbones", nargs="+", default=["debug", "trinity", "verl"])
-    parser.add_argument("--tutorials", action="store_true", help="the tutorial YAMLs instead")
+    parser.add_argument("--tutorials", nargs="*", default=None, metavar="NAME",
+                        help="the tutorial YAMLs instead (those whose path holds a NAME given; all without)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="astuner_samples_"))
     model = work / "model"
     subprocess.run([str(PYTHON["debug"]), "-c", "import sys; from astuner.model.tiny_model import build_tiny_model; "
                     "build_tiny_model(sys.argv[1], hidden_size=128, heads=2, kv_heads=1)", str(model)], check=True)
-    if args.tutorials:
-        tutorials(args.backbones, work, model)
+    if args.tutorials is not None:
+        tutorials(args.backbones, work, model, args.tutorials)
         return
     print("| sample | backbone | main.py, 2 steps | s | its YAML route, --dry-run |")
     print("| --- | --- | --- | --- | --- |")
