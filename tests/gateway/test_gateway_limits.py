@@ -282,3 +282,29 @@ def test_a_generation_failure_is_answered_and_logged_with_its_traceback(tokenize
     said = [line for line in log_lines if "generation failed" in line]
     assert len(said) == 1 and "Traceback" in said[0] and "the engine fell over" in said[0]
     assert tuner.recorder.calls == []
+
+
+def test_a_declared_length_over_the_limit_is_refused_before_any_of_the_body_is_sent(tokenizer):
+    """The Content-Length pre-check: a request declaring a body over the limit gets its 413 on its headers alone
+    (no body follows here; a gateway that read the body first would wait for it), so a client is told at once and
+    nothing of the body is read."""
+    import socket
+    from urllib.parse import urlsplit
+
+    async def go():
+        tuner = tuner_of(ScriptedEngine(tokenizer, ["unused"]), tokenizer, max_request_bytes=20_000)
+        base_url, key = tuner.as_openai_base_url()
+        where = urlsplit(base_url)
+
+        def ask() -> str:
+            with socket.create_connection((where.hostname, where.port), timeout=30) as sock:
+                sock.sendall(f"POST {where.path}/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}"
+                             f"\r\nContent-Type: application/json\r\nContent-Length: {10 << 20}\r\n\r\n".encode())
+                return sock.recv(65536).decode(errors="replace")
+
+        return await asyncio.to_thread(ask), tuner
+
+    head, tuner = asyncio.run(go())
+    assert head.startswith("HTTP/1.1 413") and "the request body is 10485760 bytes, over the gateway's limit of " \
+        "20000 bytes" in head, head
+    assert tuner.recorder.calls == []
