@@ -18,10 +18,10 @@ from tests.conftest import REPO_ROOT, run_cli
 TUTORIAL = REPO_ROOT / "tutorial" / "example_traces"
 
 
-def test_the_tutorial_sequence_runs(tiny_model_dir, tmp_path, capsys):
-    store = tmp_path / "traces.db"
+def play(model, store, *args: str) -> str:
+    """`astuner serve` on the store (its own process, stopped by SIGTERM) and play.py against it: play.py's stdout."""
     env = {**os.environ, "ASTUNER_SERVE_KEY": "tutorial-key"}
-    server = subprocess.Popen([sys.executable, "-m", "astuner", "serve", str(tiny_model_dir), "--store", str(store),
+    server = subprocess.Popen([sys.executable, "-m", "astuner", "serve", str(model), "--store", str(store),
                                "--port", "0", "--max-tokens", "16"], stderr=subprocess.PIPE, text=True, env=env)
     try:
         line = ""
@@ -30,18 +30,27 @@ def test_the_tutorial_sequence_runs(tiny_model_dir, tmp_path, capsys):
             assert line, "astuner serve ended before serving"
         base_url = re.search(r"at (http://\S+/v1)", line).group(1)
         played = subprocess.run([sys.executable, str(TUTORIAL / "play.py"), "--base-url", base_url, "--key",
-                                 "tutorial-key", "--episodes", "24", "--concurrency", "8"], capture_output=True,
+                                 "tutorial-key", "--episodes", "24", "--concurrency", "8", *args], capture_output=True,
                                 text=True, timeout=300, env=env)
         assert played.returncode == 0, played.stderr[-2000:]
-        assert re.search(r"24 episodes played and rated: success \d\.\d{3}", played.stdout), played.stdout
+        return played.stdout
     finally:
         server.send_signal(signal.SIGTERM)
         assert server.wait(timeout=60) == 0
+
+
+def test_the_tutorial_sequence_runs(tiny_model_dir, tmp_path, capsys):
+    store = tmp_path / "traces.db"
+    played = play(tiny_model_dir, store)
+    assert re.search(r"24 episodes played and rated: success \d\.\d{3}", played), played
 
     code, out, err = run_cli(["traces", "list", str(store)], capsys)
     assert code == 0 and "24 episodes, 24 with a reward" in err
     code, out, err = run_cli(["traces", "check", str(store), "--model", str(tiny_model_dir), "--json"], capsys)
     assert code == 0 and json.loads(out)["episodes"] == 24
+    # every prompt re-renders to its ids (a random model's replies may not: sampled in other tokens than the
+    # tokenizer's, or a stray </think> taken as thinking, which the template drops; each named reply_...)
+    assert all(cause.startswith("reply_") for cause in json.loads(out)["causes"]), out
     # the tutorial's judge of the conversation: it keeps the users' ratings; on a copy, --all judges every episode,
     # and where it sees the tool's reading answered, the user (who knows the task's reading) rated 1 too
     judge = ["--conf", str(TUTORIAL / "from_traces.yaml"), "--judge", f"{TUTORIAL / 'trace_judge.py'}->reading_copied"]
@@ -53,6 +62,21 @@ def test_the_tutorial_sequence_runs(tiny_model_dir, tmp_path, capsys):
     assert code == 0 and json.loads(out)["judged"] == 24, err
     rated = {e["id"]: e["reward"] for e in TraceStore.read(store).episodes()}
     assert all(rated[e["id"]] == 1.0 for e in TraceStore.read(judged).episodes() if e["reward"] == 1.0)
+
+    # the README's "No users?" block after step 2, on the same store: serve restarted, the sessions episode-0..23
+    # played again from their start. Each is rendered afresh (it was continued from the stored calls as if their
+    # replies were empty: a wrong prompt and garbage in the old episode; `traces check` then failed 23 of 24)
+    replayed = tmp_path / "replayed.db"
+    shutil.copy(store, replayed)
+    assert "24 episodes played: success" in play(tiny_model_dir, replayed, "--unrated")
+    code, out, err = run_cli(["traces", "check", str(replayed), "--model", str(tiny_model_dir), "--json"], capsys)
+    assert code == 0 and json.loads(out)["episodes"] == 24
+    assert all(cause.startswith("reply_") for cause in json.loads(out)["causes"]), out
+    again = TraceStore.read(replayed)
+    for episode in again.episodes():
+        first, *rest = again.calls(episode["id"])
+        later = [c for c in rest if c.messages == first.messages]  # the replay's first call: a fresh prompt
+        assert later and all(c.prompt_ids == first.prompt_ids for c in later), episode["id"]
 
     runs = tmp_path / "runs"
     code, out, err = run_cli(["--conf", str(TUTORIAL / "from_traces.yaml"), "--exp-dir", str(runs),
