@@ -1,6 +1,6 @@
 """The re-render check on episodes recorded the way serving records them (the real ModelTuner, its continuation
 reusing earlier replies' ids): a template that drops `<think>`, re-serialised tool-call JSON, a clean episode; and
-a log without ids whose text the tokenizer cannot give back."""
+a log without ids whose text the tokenizer cannot give back; a prompt differing in its last token only."""
 
 from __future__ import annotations
 
@@ -139,3 +139,20 @@ def test_a_log_without_ids_must_round_trip_the_tokenizer(tiny_model_dir):
     ligature = CallRecord("a", [{"role": "user", "content": "the \ufb01le is here"}], None, "", [], [], [], "stop", "")
     assert check_episode(normalising, "plain", [plain]).passed
     assert check_episode(normalising, "ligature", [ligature]).causes == ["round_trip"]
+
+
+def test_every_prompt_token_is_compared_the_last_one_too(tokenizer):
+    """A call whose recorded prompt differs from the re-rendered one in its last token only (the one the reply is
+    generated after) is a mismatch: training on it would not train what the model saw."""
+    from dataclasses import replace
+
+    from astuner.model.chat.rerender import check_call
+
+    call = recorded(tokenizer, ["It is 4."], as_text)[0]
+    assert check_call(tokenizer, call) is None
+    ids = list(call.prompt_ids)
+    other = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert ids[-1] != other
+    drifted = replace(call, prompt_ids=ids[:-1] + [other])
+    assert check_call(tokenizer, drifted) is not None
+    assert not check_episode(tokenizer, "last", [drifted], replies=False).passed

@@ -1,9 +1,10 @@
 """The trace store: calls round-trip token for token, WAL with a reader beside the writer, one writer, the schema
-version, files that are no store."""
+version, files that are no store, a call written whole (its episode's row with it) or not at all."""
 
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import replace
 
 import pytest
 
@@ -77,3 +78,26 @@ def test_a_write_that_fails_is_said_at_the_next_not_a_hung_flush(tmp_path):
         store.flush(timeout_s=60)
     store.close()
     assert TraceStore.read(tmp_path / "t.db").episodes()[0]["reward"] is None  # the failed feedback not half-written
+
+
+def test_a_call_is_one_transaction_its_episode_row_with_it(tmp_path):
+    """A call and its episode's row are written together or not at all: a call that fails to be written (here its
+    messages hold no JSON) leaves no episode without calls behind, and an earlier episode's `updated` as it was."""
+    store = TraceStore.open_for_writing(tmp_path / "t.db")
+    store.add_call("e1", record(0))
+    store.flush()
+    reader = TraceStore.read(tmp_path / "t.db")
+    before = reader.episodes()
+    broken = replace(record(1), messages=[{"role": "user", "content": object()}])
+    store.add_call("e1", broken)  # an episode that exists: its row is updated in the call's transaction
+    with pytest.raises(DataError, match="a write failed"):
+        store.flush(timeout_s=60)
+    store.close()
+    assert reader.episodes() == before  # e1's `updated` untouched, its one call only
+
+    store = TraceStore.open_for_writing(tmp_path / "new.db")
+    store.add_call("e2", broken)  # a new episode: its row is created in the call's transaction
+    with pytest.raises(DataError, match="a write failed"):
+        store.flush(timeout_s=60)
+    store.close()
+    assert TraceStore.read(tmp_path / "new.db").episodes() == []

@@ -1,7 +1,8 @@
 """Training from a trace store (trainer_common.traces) on the main job's config: the weights change only through
 the chosen episodes — a store holding the chosen episodes and others (unrewarded, below min_reward, a re-render
 mismatch; for pg also an imported log without log-probs and a reply sampled at another temperature) trains to
-exactly the weights of a store holding the chosen ones alone, and to other weights than the model's."""
+exactly the weights of a store holding the chosen ones alone, and to other weights than the model's. Which episode
+of a task best_per_task keeps, min_reward's bound, and pg's weight: the recorded log-probs, capped at is_cap."""
 
 from __future__ import annotations
 
@@ -188,3 +189,62 @@ def test_the_store_is_checked_before_the_run_and_refused_on_the_distributed_back
         code, out, err = run_cli([*base, f"astuner.trainer_common.traces.store={store}", "--dry-run",
                                   f"--backbone={backbone}"], capsys)
         assert code == 2 and "training from a trace store runs on the debug backbone" in err, err[-1500:]
+
+
+def chosen_from(played, path, *overrides):
+    """traces.choose on the store at `path` with the main job's config and these overrides."""
+    from astuner.backbone.debug import traces
+    from astuner.config import load_run_config
+    from astuner.model.engines.factory import load_tokenizer
+
+    config = load_run_config(CONF, [f"astuner.model.path={played['model']}", *overrides])
+    return traces.choose(path, config.astuner, load_tokenizer(str(played["model"])))
+
+
+def test_best_per_task_keeps_the_highest_rewarded_episode_of_each_task(played, tmp_path):
+    """best_per_task: of a task's episodes the one with the highest reward is trained, wherever it lies in the
+    store (not the first, the last or the worst of them); another task's episode is kept beside it."""
+    e = played["episodes"]
+    one_task = [("mid", e[0], 0.6), ("best", e[0], 0.9), ("worst", e[0], 0.3)]  # one first user message
+    store = store_of(tmp_path / "tasks.db", one_task + [("other-task", e[1], 0.2)])
+    chosen = chosen_from(played, store, "astuner.trainer_common.traces.best_per_task=true")
+    assert chosen.rewards == {"best": 0.9, "other-task": 0.2}
+    assert chosen.left_out["not_best_of_task"] == 2
+
+
+def test_min_reward_keeps_the_episodes_rewarded_at_least_it(played, tmp_path):
+    """min_reward: an episode rewarded exactly min_reward or above is trained, one below it is left out."""
+    e = played["episodes"]
+    store = store_of(tmp_path / "rewards.db", [("above", e[0], 0.9), ("at", e[1], 0.5), ("below", e[2], 0.49)])
+    chosen = chosen_from(played, store, "astuner.trainer_common.traces.min_reward=0.5")
+    assert chosen.rewards == {"above": 0.9, "at": 0.5}
+    assert chosen.left_out["below_min_reward"] == 1
+
+
+def test_pg_weighs_each_token_by_the_recorded_log_probs_capped_at_is_cap(played, tmp_path, capsys):
+    """pg: the behaviour policy is the recorded log-probs, each token's loss weighed by pi / pi_behaviour capped at
+    off_policy.is_cap. One update (one mini-batch: the ratio to the learner's weights before it is 1, so the
+    loss is -advantage x weight per token) on a rewarded full episode and a worse one-call episode: recorded
+    log-probs log 2 below the learner's double the loss of the same episodes recorded as the learner scores
+    them; log 4 below with is_cap 2 double it too (the ratio 4 capped at 2), not quadruple it."""
+    import math
+
+    e = played["episodes"]
+
+    def pg_loss(name, shift, is_cap):
+        def lowered(calls):
+            return [replace(c, logprobs=[lp - shift for lp in c.logprobs]) for c in calls]
+
+        store = store_of(tmp_path / f"{name}.db", [("good", lowered(e[0]), 1.0), ("poor", lowered(e[1][:1]), 0.0)])
+        _, row, _ = trained(played, store, f"pg_{name}", capsys, "astuner.trainer_common.traces.mode=pg",
+                            "astuner.trainer_common.traces.steps=1", "astuner.trainer_common.mini_batch_num=1",
+                            f"astuner.trainer_common.off_policy.is_cap={is_cap}")
+        assert row["traces/updates"] == 1 and row["traces/episodes"] == 2
+        return row["traces/pg_loss_first"]
+
+    as_scored = pg_loss("as_scored", 0.0, 2.0)
+    # the recorded log-probs are the behaviour policy: log 2 below the learner's weigh every token by 2
+    assert pg_loss("half", math.log(2.0), 100.0) == pytest.approx(2 * as_scored, rel=1e-3)
+    # the ratio is capped at is_cap: log 4 below weigh by 4, capped at 2
+    assert pg_loss("quarter", math.log(4.0), 2.0) == pytest.approx(2 * as_scored, rel=1e-3)
+    assert abs(as_scored) > 0.05  # not 2 x 0: the advantages' token-weighted sum is not zero, the weight shows
