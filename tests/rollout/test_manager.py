@@ -110,6 +110,25 @@ def test_failed_episodes_are_not_trained_on_by_default(tokenizer):
                                                                                       else 0)
 
 
+class FailsTaskOneWholly(Workflow):
+    """Task t1: every episode raises; task t0: its first episode only."""
+
+    async def execute(self, workflow_task, model_tuner):
+        await model_tuner([{"role": "user", "content": "x"}])
+        if workflow_task.task.task_id == "t1" or workflow_task.repeat_index == 0:
+            raise RuntimeError("tool crashed")
+        return WorkflowOutput(reward=1.0)
+
+
+def test_a_group_whose_episodes_all_failed_is_short_but_not_counted_as_dropped(tokenizer):
+    """rollout/dropped_short_groups counts the groups whose survivors left the step (short_group drop); a group
+    whose every episode failed had no survivor to take out: it is short, not dropped."""
+    manager = RolloutManager(config(episode_retries=0, max_error_rate=1.0), FailsTaskOneWholly, None,
+                             ScriptedEngine(tokenizer, lambda p: "ok"), tokenizer)
+    m = asyncio.run(manager.run(tasks(2))).metrics
+    assert (m["rollout/short_groups"], m["rollout/dropped_short_groups"]) == (2, 1)
+
+
 class FailsAtRandom(Workflow):
     """Fails two episodes in five, as a flaky tool or environment would, by the episode's id (a retry has its own)."""
 

@@ -110,6 +110,31 @@ def test_every_episode_failing_on_its_row_stops_the_step_with_that_line(tokenize
     assert str(info.value).endswith("first error: task 'bad-1' has no field 'reading': its row has answer, question")
 
 
+class CountsRuns(Workflow):
+    """ReadsReading, counting its runs per task; task 'flaky-5' fails by a crash (not its row) every time."""
+
+    runs: dict = {}
+
+    async def execute(self, workflow_task, model_tuner):
+        task = workflow_task.task
+        CountsRuns.runs[task.task_id] = CountsRuns.runs.get(task.task_id, 0) + 1
+        if task.task_id == "flaky-5":
+            raise ConnectionError("environment went away")
+        await model_tuner([{"role": "user", "content": task.main_query}])
+        return WorkflowOutput(reward=float(task.metadata["reading"] > 0))
+
+
+def test_an_episode_failing_on_its_row_is_not_retried(tokenizer, monkeypatch):
+    """rollout.episode_retries runs a failed episode again in a fresh environment; an episode that failed on its
+    row would fail the same way again (the row does not change): it runs once, while a crash is retried."""
+    monkeypatch.setattr(CountsRuns, "runs", {})
+    rows = tasks()[:2] + [Task(task_id="flaky-5", main_query="q5", metadata={"question": "q5", "reading": 2})]
+    manager = RolloutManager(config(episode_retries=2, num_repeat=2, max_error_rate=1.0), CountsRuns, None,
+                             ScriptedEngine(tokenizer, lambda p: "ok"), tokenizer, row_problems=RowProblems())
+    asyncio.run(manager.run(rows))
+    assert CountsRuns.runs == {"good-0": 2, "bad-1": 2, "flaky-5": 6}  # 2 episodes each; flaky-5's run 3 times
+
+
 def test_the_row_error_is_a_key_error_and_survives_pickling():
     row = Task(task_id="t", metadata={"a": 1}).metadata
     assert row.get("x") is None and "x" not in row and json.loads(json.dumps(row)) == {"a": 1}

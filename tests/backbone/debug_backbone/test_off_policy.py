@@ -309,6 +309,148 @@ def test_drop_takes_the_newest_weights_and_never_runs_past_the_bound():
     assert all(len(e.samples) == 1 and e.metrics["off_policy/dropped_samples"] == 0 for e in got)
 
 
+def stale_source(k: int, on_stale: str = "drop"):
+    """A producer's source whose producer is not started: its rules, queried directly (no thread, no timing)."""
+    from astuner.backbone.debug.pipeline import PipelinedSource
+
+    return PipelinedSource(FakeRollouts(), [], schedule(k=k, on_stale=on_stale), None, 1, 20, seed=0)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_drop_starts_a_step_at_most_k_plus_1_steps_ahead_of_the_published_weights(k):
+    """on_stale drop: with weights of version v published, steps v + 1 ... v + k + 1 may start on them (trained at
+    versions v ... v + k, their samples lag at most k) and step v + k + 2 waits for newer weights: rollouts run at
+    most k + 1 steps ahead of the learner, neither fewer (a lost overlap) nor more (steps rolled out to be dropped)."""
+    source = stale_source(k)
+    startable = {}
+    for version in (0, 4):
+        source.publish(version, {})
+        startable[version] = [step for step in range(version + 1, 20) if source._version_for(step) == version]
+    assert startable == {0: list(range(1, k + 2)), 4: list(range(5, k + 6))}
+
+
+def stale_step(version: int, groups: dict[str, list[bool]]):
+    """A step's experience rolled out on `version`: per task, its episodes (True: failed, so without samples)."""
+    from astuner.backbone.debug.experience import StepExperience
+    from astuner.rollout.manager import EpisodeResult, RolloutBatch
+    from astuner.schema import Sample, Task
+
+    episodes = []
+    for task_id, failures in groups.items():
+        for r, failed in enumerate(failures):
+            e = EpisodeResult(task=Task(task_id=task_id, main_query="q"), repeat_index=r,
+                              episode_uuid=f"{task_id}-{r}", failed=failed)
+            if not failed:
+                e.samples = [Sample(task_id=task_id, episode_uuid=e.episode_uuid, repeat_index=r, input_ids=[1, 2],
+                                    prompt_length=1, loss_mask=[1], logprobs=[0.0], policy_version=version)]
+            episodes.append(e)
+    batch = RolloutBatch(episodes, {})
+    return StepExperience([Task(task_id=t, main_query="q") for t in groups], batch, batch.samples, {}, 0.0, 0, version)
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_drop_trains_samples_k_versions_old_and_drops_older_ones(k):
+    """The learner's guard (on_stale drop): a step whose samples lag exactly k versions is trained; one whose
+    samples would lag k + 1 is dropped whole and counted."""
+    source = stale_source(k)
+    source.ready[k + 1] = stale_step(0, {"a": [False, False]})  # trained at version k: lag k
+    source.ready[k + 2] = stale_step(0, {"a": [False, False]})  # trained at version k + 1: lag k + 1
+    kept, dropped = source.collect(k + 1), source.collect(k + 2)
+    assert [(len(e.samples), e.metrics["off_policy/dropped_samples"]) for e in (kept, dropped)] == [(2, 0), (0, 2)]
+
+
+def test_a_group_whose_episodes_all_failed_is_not_counted_among_the_stale_groups_dropped():
+    """A stale step dropped whole counts the groups it took from training; a group whose episodes all failed had no
+    samples to drop (it was never going to train), so it is not among them."""
+    source = stale_source(1)
+    source.ready[3] = stale_step(0, {"ok": [False, False], "broken": [True, True]})  # lag 2 > k = 1: dropped
+    metrics = source.collect(3).metrics
+    assert (metrics["off_policy/dropped_samples"], metrics["off_policy/dropped_groups"]) == (2, 1)
+
+
+class OneTaskSelector:
+    """Draws the same task every step: whatever differs between two steps' episodes is the step's own."""
+
+    epoch = 0
+
+    def __init__(self):
+        self.drawn = 0
+
+    def position(self):
+        return self.drawn
+
+    def next_batch(self, n):
+        from astuner.schema import Task
+
+        self.drawn += n
+        return [Task(task_id="same", main_query="q")] * n
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        pass
+
+    def feedback(self, rates):
+        pass
+
+
+def test_each_off_policy_step_samples_from_seeds_of_its_own(tokenizer):
+    """k = 1 (wait): three steps of the same task rolled out by the producer, two engines in turn. No two episodes of
+    the run sample from the same seed (a seed per step and episode, not one for every step: a step would repeat
+    another's draws), and each step reseeds its engine's own generator with a seed of its own."""
+    import torch
+
+    from astuner import Workflow, WorkflowOutput
+    from astuner.backbone.debug.experience import RolloutSource
+    from astuner.backbone.debug.pipeline import PipelinedSource
+    from astuner.rollout.manager import RolloutManager
+    from tests.helpers import ScriptedEngine, rollout_config
+
+    class AskOnce(Workflow):
+        async def execute(self, workflow_task, model_tuner):
+            await model_tuner([{"role": "user", "content": "q"}])
+            return WorkflowOutput(reward=float(workflow_task.repeat_index))
+
+    class Recording(ScriptedEngine):
+        """Records each request's seed (ScriptedEngine.samplings) and the engine's generator seed at the time."""
+
+        def __init__(self):
+            super().__init__(tokenizer, lambda prompt: "ok")
+            self.generator = torch.Generator()
+            self.generator_seeds = []
+
+        async def generate(self, prompt_ids, sampling):
+            self.generator_seeds.append(self.generator.initial_seed())
+            return await super().generate(prompt_ids, sampling)
+
+        async def update_weights(self, weights, strict=True):
+            pass
+
+    cfg = rollout_config(num_repeat=3, seed=7)
+    cfg.data.train_batch_size = 1
+    engines = [Recording(), Recording()]
+    pool = [(engine, RolloutManager(cfg, AskOnce, None, engine, tokenizer)) for engine in engines]
+    rollouts = RolloutSource(cfg, None, OneTaskSelector(), None, "seeds", lambda: 0)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    source = PipelinedSource(rollouts, pool, schedule(k=1), loop, 1, 3, seed=cfg.rollout.seed)
+    try:
+        source.publish(0, {})
+        source.start()
+        for step in (1, 2, 3):
+            assert len(source.collect(step).batch.episodes) == 3
+            source.publish(step, {})
+    finally:
+        source.stop()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+    seeds = [s.seed for engine in engines for s in engine.samplings]
+    assert len(seeds) == 9 and None not in seeds and len(set(seeds)) == 9, seeds
+    assert len({seed for engine in engines for seed in engine.generator_seeds}) == 3
+
+
 def test_the_prompt_ledger_counts_prompts_skipped_and_trained_again():
     """Each trained step's draw should begin where the last one's ended: a later start skipped prompts (lost), an
     earlier one trains some again (replayed); the counts survive a checkpoint."""
