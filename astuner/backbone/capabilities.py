@@ -33,6 +33,7 @@ class Feature:
     title: str  # as the table shows it
     key: str  # the key that asks for it
     used: Callable[[Any], bool]  # of the config's `astuner` tree
+    asked_by: Optional[Callable[[Any], str]] = None  # the key this config asks by, where several can (else `key`)
 
 
 FEATURES = (
@@ -54,7 +55,10 @@ FEATURES = (
             "astuner.trainer_common.algorithm.norm_adv_by_std_in_grpo",
             lambda a: not a.trainer_common.algorithm.norm_adv_by_std_in_grpo),
     Feature("off_policy", "rollouts ahead of training (a staleness bound above 0)",
-            "astuner.trainer_common.off_policy.max_staleness", lambda a: not _schedule(a).synchronous),
+            "astuner.trainer_common.off_policy.max_staleness", lambda a: not _schedule(a).synchronous,
+            lambda a: "astuner.trainer_common.off_policy." + next(
+                (k for k, synchronous in (("max_staleness", 0), ("sync_interval", 1), ("sync_offset", 0))
+                 if getattr(a.trainer_common.off_policy, k) not in (None, synchronous)), "max_staleness")),
     Feature("stale_drop", "stale samples dropped instead of waited for",
             "astuner.trainer_common.off_policy.on_stale",
             lambda a: not _schedule(a).synchronous and a.trainer_common.off_policy.on_stale == "drop"),
@@ -99,7 +103,7 @@ def refusals(config: Any, backbone: str, sound: Callable[[str], bool] = lambda k
     for feature in FEATURES:
         if not sound(feature.key) or not feature.used(a):
             continue
-        line = refusal(backbone, feature.name)
+        line = refusal(backbone, feature.name, feature.asked_by(a) if feature.asked_by else None)
         if line:
             out.append(ConfigError(line))
     return out
