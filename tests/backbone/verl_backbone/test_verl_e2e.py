@@ -169,3 +169,34 @@ def test_a_verl_run_whose_episodes_all_fail_on_their_rows_fails(tmp_path):
     assert "episodes of verl's train step 1 failed" in last and "max_error_rate 0.5" in last, last
     assert "has no field 'environment_url'" in last and len(last) < 400, last
     assert not (tmp_path / "runs" / CONF.stem / "checkpoints" / "global_step_1").exists()
+
+
+def test_werewolves_sample_trains_on_verl_with_tunes_defaults(tmp_path):
+    """agentscope-samples' werewolves as a user runs it on verl: its main.py (tune() with its Trinity-RFT config and
+    every optional argument at tune()'s default, max_samples_per_episode None among them) with `backbone="verl"`, its
+    config as written for GPUs but for size edits (tests/samples/werewolves: sequence parallelism 2, a train batch
+    of 2048, a replay buffer), two trained werewolves against five players on a frozen auxiliary model."""
+    import shutil
+
+    from tests.samples.sample_data import ROWS, write_jsonl
+
+    folder = tmp_path / "werewolves"
+    shutil.copytree(REPO_ROOT / "tests" / "samples" / "werewolves", folder,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    write_jsonl(folder / "data" / "train.jsonl", ROWS["werewolves"])
+    model = tmp_path / "model"
+    subprocess.run([sys.executable, "-c", "import sys; from astuner.model.tiny_model import build_tiny_model; "
+                    "build_tiny_model(sys.argv[1], hidden_size=128, heads=2, kv_heads=1)", str(model)], check=True,
+                   capture_output=True)
+    main = folder / "main.py"
+    main.write_text(main.read_text().replace("        config_path=str(config_path),\n",
+                                             "        config_path=str(config_path),\n        backbone=\"verl\",\n"))
+    env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "TRINITY_MODEL_PATH": str(model),
+           "TRINITY_AUXILIARY_MODEL_PATH": str(model), "TRINITY_CHECKPOINT_ROOT_DIR": str(tmp_path / "ckpt")}
+    proc = subprocess.run([sys.executable, "main.py"], cwd=folder, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    root = tmp_path / "ckpt" / "AgentScope-Werewolves" / "Werewolves-7Player-GRPO"
+    assert set(scalars(root / "tensorboard")["actor/pg_loss"]) == {1, 2}  # both steps trained
+    for step in (1, 2):
+        episodes = [json.loads(line) for line in (root / "trajectories" / f"{step}.jsonl").read_text().splitlines()]
+        assert episodes, step
