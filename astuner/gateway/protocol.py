@@ -19,8 +19,6 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
-from astuner.model.chat.replies import openai_tool_calls
-
 # vLLM's extensions that would change the prompt or the tokens (refused unless at their neutral value)
 UNSUPPORTED = {"top_k": (None, -1, 0), "min_p": (None, 0), "repetition_penalty": (None, 1), "length_penalty": (None, 1),
                "min_tokens": (None, 0), "ignore_eos": (None, False), "echo": (None, False), "best_of": (None, 1),
@@ -185,6 +183,13 @@ def completion_id() -> str:
 
 def tool_calls_of(done: Any) -> list[dict[str, Any]]:
     return openai_tool_calls(done.parsed.tool_calls, done.call_ids)
+
+
+def openai_tool_calls(calls: list[Any], ids: list[str]) -> list[dict[str, Any]]:
+    """Parsed tool calls (tool_parser.ParsedCall) in OpenAI's message shape, arguments as JSON text."""
+    return [{"id": call_id, "type": "function",
+             "function": {"name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)}}
+            for call_id, call in zip(ids, calls)]
 
 
 def first_tool_call_only(done: Any) -> Any:

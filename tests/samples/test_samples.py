@@ -84,7 +84,10 @@ def check_werewolves(root: Path, log: str, trained_side: str) -> None:
     for e in episodes:
         assert not e["failed"], e["error"]
         assert len(e["agents"]) == side and all(a.startswith("Player") for a in e["agents"])
-        assert sum(s["num_calls"] for s in e["samples"]) == e["calls"] == 3 * side > 4  # every call trained
+        # every call trained; three turns each, but for a last turn whose prompt no longer leaves room for the reply
+        # within max_model_len (refused with the context-exhausted reply, not recorded: five good guys' long history)
+        assert sum(s["num_calls"] for s in e["samples"]) == e["calls"] > 4 and 2 * side < e["calls"] <= 3 * side
+        assert e["calls"] == 3 * side or e["truncated"]
         assert {s["agent"] for s in e["samples"]} == set(e["agents"])
         assert e["metrics"]["trainable_target"] == trained_side  # a text metric, kept as text
     assert all(t["agent"].startswith("Player") for t in tokens)

@@ -1,21 +1,14 @@
-"""A recorded reply as the assistant message a client gets or a trainer rebuilds from it: its text, its tool calls in
-OpenAI's shape (arguments as JSON text) and its thinking (`reasoning_content`) apart, split as the gateway splits a
-reply. Shared by the gateway's replies, the trace judge's conversations and the re-render check of replies."""
+"""A recorded reply as the assistant message a client got or a trainer rebuilds from it: its text, its tool calls in
+OpenAI's shape (arguments as JSON text, `gateway.protocol.openai_tool_calls`) and its thinking (`reasoning_content`)
+apart, split as the gateway splits a reply. Shared by the trace judge's conversations and the re-render check."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from astuner.gateway.protocol import openai_tool_calls
 from astuner.model.chat.tool_parser import detect_format, parse_reply
 from astuner.schema.calls import CallRecord
-
-
-def openai_tool_calls(calls: list[Any], ids: list[str]) -> list[dict[str, Any]]:
-    """Parsed tool calls (tool_parser.ParsedCall) in OpenAI's message shape, arguments as JSON text."""
-    return [{"id": call_id, "type": "function",
-             "function": {"name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)}}
-            for call_id, call in zip(ids, calls)]
 
 
 def reply_message(record: CallRecord, reply_format: tuple[str, str] = ("auto", "auto")) -> dict[str, Any]:
