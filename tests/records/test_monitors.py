@@ -90,7 +90,7 @@ def test_trackers_hold_the_last_step_when_the_run_is_terminated(offline, tmp_pat
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err[-3000:]
-    assert "terminated (SIGTERM)" in err.strip().splitlines()[-1]
+    assert "terminated (SIGTERM)" in err.strip().splitlines()[-1], err[-3000:]
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
     steps = [row["step"] for row in rows if row.get("reward/mean") is not None]
     assert len(steps) >= 3 and steps == list(range(1, len(steps) + 1))
