@@ -358,7 +358,15 @@ class Gateway:
         # recorded before the reply leaves: an agent that has its reply may end the episode at once
         if not tuner.recorder.add(done.record):
             return self._ended()
+        unstored = await self._stored(tuner, done.record)
+        if unstored is not None:
+            return _json(unstored, 503)
         return _json(payload)
+
+    async def _stored(self, tuner: Any, record: Any) -> Optional[dict[str, Any]]:
+        """Waits until a recorded call is where it is kept beyond the episode (`astuner serve`'s store); the error
+        body the client gets instead of the reply when it cannot be (None: kept, or nothing beyond the episode)."""
+        return None
 
     @staticmethod
     def _ended_body() -> dict[str, Any]:
@@ -397,6 +405,10 @@ class Gateway:
         # has its reply may end the episode at once
         if not lease.tuner.recorder.add(done.record):
             yield protocol.sse(self._ended_body())
+            return
+        unstored = await self._stored(lease.tuner, done.record)
+        if unstored is not None:
+            yield protocol.sse(unstored)
             return
         yield rest
 

@@ -156,5 +156,35 @@ def setup_logging(log_path: Path, console_filter: Any = None) -> None:
     # through tqdm.write: above a progress bar, never on its row; coloured only on a terminal
     logger.add(console_sink, level="INFO", colorize=bool(getattr(sys.stderr, "isatty", lambda: False)()),
                format="<green>{time:HH:mm:ss}</green> | <level>{level: <7}</level> | {message}", filter=console_filter)
-    logger.add(log_path, level="DEBUG", encoding="utf-8", enqueue=False,
+    logger.add(LogFile(log_path), level="DEBUG", enqueue=False,
                format="{time:YYYY-MM-DD HH:mm:ss.SSS} | {level: <7} | {name}:{line} | {message}")
+
+
+class LogFile:
+    """A log file appended to, each record flushed; once it cannot be written (a full disk), one line on stderr
+    says so and the console goes on alone (not a library's traceback per record)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fh: Any = open(self.path, "a", encoding="utf-8")
+
+    def write(self, message: str) -> None:
+        if self.fh is None:
+            return
+        try:
+            self.fh.write(message)
+            self.fh.flush()
+        except OSError as exc:
+            fh, self.fh = self.fh, None
+            try:
+                fh.close()
+            except OSError:  # what it still held cannot be written either
+                pass
+            print(f"astuner: the log {self.path} cannot be written ({exc.strerror or exc}); the console only from "
+                  f"here", file=sys.stderr, flush=True)
+
+    def stop(self) -> None:  # loguru's, when the sink is removed
+        if self.fh is not None:
+            self.fh.close()
+            self.fh = None

@@ -3,9 +3,18 @@ with the rewards given to them afterwards. One SQLite file (Python's sqlite3: a 
 client reads, with transactions, WAL journaling and no server to run, rather than a file format of our own).
 
 Writing: one writer per store, a thread of its own fed by a queue, so the server's loop never waits on the disk
-and every call is one transaction (a reader never sees half a call). Reading: any number of readers, each with its
-own connection, while the writer writes (WAL). `TraceStore.open_for_writing` refuses a file another process
-writes to (a lock file beside it).
+and every call is one transaction (a reader never sees half a call); each write returns a future done once its
+transaction is committed, so that a reply, a feedback's `"recorded": true` or an import's success is said only of
+rows on disk (WAL with `synchronous = NORMAL`: a commit survives the process being killed). Once a write fails (a
+full disk), that write's future and every later one fail with `StoreFailed`. Reading: any number of readers, each
+with its own connection, while the writer writes (WAL); a store on read-only media is read as it is.
+
+Opening: `open_for_writing` takes the store's writer lock, an OS file lock (`flock`) on a file beside it
+(`FILE.writer`, holding the writer's pid for the message): the OS frees it when its holder dies, so a crashed
+writer's lock (a pid, or an empty file) is taken over and two openers can never both write. It then checks the
+file read-only — SQLite, `PRAGMA quick_check`, this schema's tables and columns, its version — before anything
+is written to it (WAL journaling is a write): another program's database, a newer version or a damaged file is
+refused untouched.
 
 Schema (version 1, `meta.schema_version`; a newer file is refused, not misread):
 
@@ -24,7 +33,10 @@ Schema (version 1, `meta.schema_version`; a newer file is refused, not misread):
 
 from __future__ import annotations
 
+import concurrent.futures
+import fcntl
 import json
+import math
 import os
 import queue
 import sqlite3
@@ -75,45 +87,133 @@ def _floats(values: list[float]) -> bytes:
     return packed.tobytes()
 
 
+TABLES = {"meta": ["key", "value"],
+          "episodes": ["id", "created", "updated", "source", "model", "reward", "feedback"],
+          "calls": ["episode_id", "seq", "agent", "created", "messages", "tools", "prompt_text", "prompt_ids",
+                    "response_ids", "logprobs", "finish_reason", "response_text", "tool_call_errors", "usage",
+                    "sampling"],
+          "feedback": ["id", "episode_id", "created", "reward", "metadata"]}
+
+
+class StoreFailed(DataError):
+    """A write to the store failed (a full disk, the file gone): nothing more is recorded."""
+
+
 def _connect(path: Path, readonly: bool) -> sqlite3.Connection:
     uri = f"file:{path}?mode=ro" if readonly else f"file:{path}"
     try:
         conn = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=30)
         conn.execute("PRAGMA foreign_keys = ON")
-        if not readonly:
+        if readonly:
+            conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # opens the file: read-only media below
+        else:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
         return conn
+    except sqlite3.OperationalError as exc:
+        if readonly and not os.access(path.parent, os.W_OK):
+            # read-only media: a WAL store's reader cannot make its shared-memory file; the file is read as it is
+            return sqlite3.connect(f"file:{path}?immutable=1", uri=True, check_same_thread=False)
+        raise DataError(f"trace store {path}: not readable ({exc})") from None
     except sqlite3.DatabaseError as exc:
         raise DataError(f"trace store {path}: not a trace store, or not readable ({exc})") from None
 
 
-def _refuse_foreign(path: Path) -> None:
-    """A file that is some other program's SQLite database (tables, none of them `meta`) is not made a store."""
-    if not path.is_file() or path.stat().st_size == 0:
-        return
-    conn = _connect(path, readonly=True)
+def _check_schema(conn: sqlite3.Connection, path: Path, deep: bool = False) -> bool:
+    """Whether the file holds a store (False: an SQLite file with no table, made a store on writing); DataError for
+    anything else, found by reading only: another program's tables, a table of other columns, no or a newer schema
+    version, and (`deep`: before writing) a damaged file (`PRAGMA quick_check`)."""
     try:
+        if deep:
+            problems = [row[0] for row in conn.execute("PRAGMA quick_check(3)").fetchall()]
+            if problems != ["ok"]:
+                raise DataError(f"trace store {path}: the file is damaged (SQLite's quick_check: "
+                                f"{'; '.join(problems)[:200]}); nothing was written to it: restore it, or name a new "
+                                f"file")
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        tables.discard("sqlite_sequence")
+        if not tables:
+            return False
+        if tables - set(TABLES) or "meta" not in tables:
+            raise DataError(f"trace store {path}: another program's SQLite database (tables: "
+                            f"{', '.join(sorted(tables)[:6])}), not a trace store; name a new file")
+        for table in tables:
+            columns = [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
+            if columns != TABLES[table]:
+                raise DataError(f"trace store {path}: its table {table} has columns {', '.join(columns)[:120]}, not "
+                                f"a trace store's; name a new file")
+        _check_version(conn, path)
     except sqlite3.DatabaseError as exc:
         raise DataError(f"trace store {path}: not a trace store, or not readable ({exc})") from None
-    finally:
-        conn.close()
-    if tables and "meta" not in tables:
-        raise DataError(f"trace store {path}: another program's SQLite database (tables: "
-                        f"{', '.join(sorted(tables)[:6])}), not a trace store; name a new file")
+    return True
 
 
 def _check_version(conn: sqlite3.Connection, path: Path) -> None:
-    try:
-        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    except sqlite3.DatabaseError as exc:
-        raise DataError(f"trace store {path}: not a trace store ({exc})") from None
-    if row is None:
-        raise DataError(f"trace store {path}: no schema_version in its meta table; not a trace store")
+    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    if row is None or not str(row[0]).isdigit():
+        raise DataError(f"trace store {path}: no schema version in its meta table; not a trace store")
     if int(row[0]) > SCHEMA_VERSION:
         raise DataError(f"trace store {path}: schema version {row[0]}, newer than this astuner's "
                         f"{SCHEMA_VERSION}; upgrade astuner to read it")
+
+
+def _inspect(path: Path) -> None:
+    """The file at `path` checked read-only before a writer opens it (an absent or empty file is new)."""
+    if not path.exists() or (path.is_file() and path.stat().st_size == 0):
+        return
+    if not path.is_file():
+        raise DataError(f"--store {path}: not a file")
+    with open(path, "rb") as fh:
+        if fh.read(16) != b"SQLite format 3\x00":
+            raise DataError(f"trace store {path}: not a trace store (not an SQLite file); name a new file")
+    conn = _connect(path, readonly=True)
+    try:
+        _check_schema(conn, path, deep=True)
+    finally:
+        conn.close()
+
+
+def _finite(reward: float, episode: str) -> None:
+    """A reward the store takes: a finite number (NaN would fail its write and every later one; inf trains nan)."""
+    if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
+        raise DataError(f"episode {episode!r}: reward {reward!r} is not a finite number; nothing was recorded")
+
+
+class WriterLock:
+    """The one-writer lock of a store: `flock` on FILE.writer, which holds its holder's pid."""
+
+    def __init__(self, store: Path):
+        self.path = store.with_name(store.name + ".writer")
+        self.fd: Optional[int] = None
+
+    def take(self) -> None:
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+                os.close(fd)
+                raise DataError(f"trace store {self.path.with_suffix('')}: another process (pid {holder}) writes to "
+                                f"it (an `astuner serve`?; it holds {self.path}); one writer per store: stop it "
+                                f"first, or give a served store its rewards through POST /v1/feedback (readers need "
+                                f"no lock)") from None
+            try:  # a writer that closed meanwhile removed the file this lock is on: take the one at the path now
+                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            self.path.unlink(missing_ok=True)  # while still held: an opener waiting on this file takes the next one
+            os.close(self.fd)
+            self.fd = None
 
 
 class TraceStore:
@@ -124,8 +224,8 @@ class TraceStore:
         self.path, self._conn, self.writer = path, conn, writer
         self._queue: "queue.Queue[Any]" = queue.Queue()
         self._thread: Optional[threading.Thread] = None
-        self._lock_path: Optional[Path] = None
-        self.error: Optional[BaseException] = None  # the writer's failure (a full disk): later writes raise it
+        self._lock: Optional[WriterLock] = None
+        self.error: Optional[BaseException] = None  # the writer's failure (a full disk): later writes fail with it
         self._seq: dict[str, int] = {}  # episode -> its next call's seq (this writer's)
 
     # -- opening -------------------------------------------------------------------------------------------------
@@ -134,24 +234,13 @@ class TraceStore:
         path = Path(path)
         if path.parent and not path.parent.is_dir():
             raise DataError(f"--store {path}: its folder {path.parent} does not exist")
-        lock = path.with_name(path.name + ".writer")
+        lock = WriterLock(path)
+        lock.take()
         try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            pid = lock.read_text().strip() if lock.is_file() else "?"
-            if pid.isdigit() and not _alive(int(pid)):
-                lock.unlink(missing_ok=True)  # its writer died without cleaning up
-                return cls.open_for_writing(path, model)
-            raise DataError(f"trace store {path}: another process (pid {pid}) writes to it (an `astuner serve`?); "
-                            f"one writer per store: stop it first, or give a served store its rewards through "
-                            f"POST /v1/feedback (readers need no lock)") from None
-        with os.fdopen(fd, "w") as fh:
-            fh.write(str(os.getpid()))
-        try:
-            _refuse_foreign(path)  # before anything is written to it (WAL journaling is a write)
+            _inspect(path)  # read-only: nothing is written to a file refused here
             conn = _connect(path, readonly=False)
         except DataError:
-            lock.unlink(missing_ok=True)
+            lock.release()
             raise
         try:
             conn.executescript(SCHEMA)
@@ -163,12 +252,12 @@ class TraceStore:
             _check_version(conn, path)
         except (sqlite3.DatabaseError, DataError) as exc:
             conn.close()
-            lock.unlink(missing_ok=True)
+            lock.release()
             if isinstance(exc, DataError):
                 raise
             raise DataError(f"--store {path}: not a trace store ({exc})") from None
         store = cls(path, conn, writer=True)
-        store._lock_path = lock
+        store._lock = lock
         store._seq = dict(conn.execute("SELECT episode_id, MAX(seq) + 1 FROM calls GROUP BY episode_id").fetchall())
         store._thread = threading.Thread(target=store._write_forever, name="astuner-trace-store", daemon=True)
         store._thread.start()
@@ -180,27 +269,38 @@ class TraceStore:
         if not path.is_file():
             raise DataError(f"trace store {path}: no such file")
         conn = _connect(path, readonly=True)
-        _check_version(conn, path)
+        if not _check_schema(conn, path):
+            raise DataError(f"trace store {path}: an SQLite file without a trace store's tables")
         return cls(path, conn, writer=False)
 
     # -- writing (through the writer thread) -----------------------------------------------------------------------
-    def add_call(self, episode: str, record: CallRecord, source: str = "served", model: str = "") -> None:
-        """Queue one call of `episode` (created with it when new)."""
-        self._raise_failure()
+    def add_call(self, episode: str, record: CallRecord, source: str = "served", model: str = ""
+                 ) -> concurrent.futures.Future:
+        """Queue one call of `episode` (created with it when new); the future is done once it is committed."""
         seq = self._seq.get(episode, 0)
         self._seq[episode] = seq + 1
-        self._queue.put(("call", episode, seq, record, source, model, time.time()))
+        return self._put("call", episode, seq, record, source, model, time.time())
 
-    def add_feedback(self, episode: str, reward: float, metadata: Optional[dict[str, Any]] = None) -> None:
-        self._raise_failure()
-        self._queue.put(("feedback", episode, float(reward), metadata, time.time()))
+    def add_feedback(self, episode: str, reward: float, metadata: Optional[dict[str, Any]] = None
+                     ) -> concurrent.futures.Future:
+        _finite(reward, episode)
+        return self._put("feedback", episode, float(reward), metadata, time.time())
+
+    def add_episode(self, episode: str, records: list[CallRecord], source: str, reward: Optional[float] = None,
+                    metadata: Optional[dict[str, Any]] = None) -> concurrent.futures.Future:
+        """A whole episode (its calls, and its reward when given) in one transaction."""
+        if reward is not None:
+            _finite(reward, episode)
+        first = self._seq.get(episode, 0)
+        self._seq[episode] = first + len(records)
+        return self._put("episode", episode, first, records, source, reward, metadata, time.time())
 
     def knows(self, episode: str) -> bool:
         """Whether `episode` has calls (queued or written) in this store."""
         return episode in self._seq
 
     def flush(self, timeout_s: float = 30.0) -> None:
-        """Wait until every queued write is committed."""
+        """Wait until every queued write is committed; StoreFailed once a write failed."""
         done = threading.Event()
         self._queue.put(("flush", done))
         if not done.wait(timeout_s):
@@ -213,13 +313,24 @@ class TraceStore:
             self._thread.join(timeout=30)
             self._thread = None
         self._conn.close()
-        if self._lock_path is not None:
-            self._lock_path.unlink(missing_ok=True)
-            self._lock_path = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def failure(self) -> Optional[StoreFailed]:
+        if self.error is None:
+            return None
+        return StoreFailed(f"trace store {self.path}: a write failed ({self.error}); nothing more is recorded")
 
     def _raise_failure(self) -> None:
-        if self.error is not None:
-            raise DataError(f"trace store {self.path}: a write failed ({self.error}); nothing more is recorded")
+        failed = self.failure()
+        if failed is not None:
+            raise failed
+
+    def _put(self, *item: Any) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._queue.put((future, *item))
+        return future
 
     def _write_forever(self) -> None:
         while True:
@@ -229,16 +340,26 @@ class TraceStore:
             if item[0] == "flush":
                 item[1].set()
                 continue
-            if self.error is not None:
-                continue
-            try:
-                with self._conn:  # one transaction: committed whole, or rolled back
-                    if item[0] == "call":
-                        self._write_call(*item[1:])
-                    else:
-                        self._write_feedback(*item[1:])
-            except Exception as exc:  # noqa: BLE001 - a full disk, or a value that is no JSON: said by the next write
-                self.error = exc
+            future, kind, *args = item
+            if self.error is None:
+                try:
+                    with self._conn:  # one transaction: committed whole, or rolled back
+                        {"call": self._write_call, "feedback": self._write_feedback,
+                         "episode": self._write_episode}[kind](*args)
+                except Exception as exc:  # noqa: BLE001 - a full disk, a value that is no JSON: every later write
+                    self.error = exc
+            failed = self.failure()
+            if failed is None:
+                future.set_result(None)
+            else:
+                future.set_exception(failed)
+
+    def _write_episode(self, episode: str, first: int, records: list[CallRecord], source: str,
+                       reward: Optional[float], metadata: Optional[dict[str, Any]], now: float) -> None:
+        for i, record in enumerate(records):
+            self._write_call(episode, first + i, record, source, "", now)
+        if reward is not None:
+            self._write_feedback(episode, reward, metadata, now)
 
     def _write_call(self, episode: str, seq: int, record: CallRecord, source: str, model: str, now: float) -> None:
         self._conn.execute("INSERT INTO episodes (id, created, updated, source, model) VALUES (?, ?, ?, ?, ?) "
@@ -256,13 +377,15 @@ class TraceStore:
         text = json.dumps(metadata, ensure_ascii=False) if metadata is not None else None
         self._conn.execute("INSERT INTO feedback (episode_id, created, reward, metadata) VALUES (?, ?, ?, ?)",
                            (episode, now, reward, text))
-        self._conn.execute("UPDATE episodes SET reward = ?, feedback = ?, updated = ? WHERE id = ?",
-                           (reward, text, now, episode))
+        # (the episode's metadata is its last feedback's, read from there: not stored twice)
+        self._conn.execute("UPDATE episodes SET reward = ?, feedback = NULL, updated = ? WHERE id = ?",
+                           (reward, now, episode))
 
     # -- reading -----------------------------------------------------------------------------------------------------
     def episodes(self) -> list[dict[str, Any]]:
-        rows = self._conn.execute("SELECT e.id, e.created, e.updated, e.source, e.model, e.reward, e.feedback, "
-                                  "(SELECT COUNT(*) FROM calls c WHERE c.episode_id = e.id) FROM episodes e "
+        rows = self._conn.execute("SELECT e.id, e.created, e.updated, e.source, e.model, e.reward, "
+                                  "(SELECT f.metadata FROM feedback f WHERE f.episode_id = e.id ORDER BY f.id DESC "
+                                  "LIMIT 1), (SELECT COUNT(*) FROM calls c WHERE c.episode_id = e.id) FROM episodes e "
                                   "ORDER BY e.created, e.id").fetchall()
         return [{"id": r[0], "created": r[1], "updated": r[2], "source": r[3], "model": r[4], "reward": r[5],
                  "feedback": json.loads(r[6]) if r[6] else None, "calls": r[7]} for r in rows]
@@ -283,12 +406,3 @@ class TraceStore:
                                   (episode,)).fetchall()
         return [{"created": r[0], "reward": r[1], "metadata": json.loads(r[2]) if r[2] else None} for r in rows]
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

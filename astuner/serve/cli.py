@@ -1,6 +1,7 @@
 """`astuner serve MODEL --store FILE`: serve a model folder or a run's checkpoint (a LoRA adapter merged over its
 base) at an OpenAI-compatible `/v1` on 127.0.0.1 by default, with a key, recording every call into the trace store
-FILE until Ctrl-C (or SIGTERM). Exit codes as the other commands': 0, 2 a user error (one line), 1 internal."""
+FILE until Ctrl-C (or SIGTERM), or until the store cannot be written (a full disk: one line, exit 2). Exit codes as
+the other commands': 0, 2 a user error or an unwritable store (one line), 1 internal."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import argparse
 import os
 import secrets
 import sys
+import threading
 from pathlib import Path
 from typing import Sequence
 
@@ -98,11 +100,13 @@ def _serve(args: argparse.Namespace) -> int:
               f"{args.api_key_env or KEY_ENV}", file=sys.stderr)
         print(f"astuner: name an episode with the header X-Session-Id; rewards: POST /v1/feedback; Ctrl-C stops; "
               f"log: {args.store}.log", file=sys.stderr, flush=True)
-        _wait()
+        _wait(gateway.failed)
     finally:
         if gateway is not None:
             gateway.stop()
         store.close()
+    if gateway.failure is not None:
+        raise DataError(f"{gateway.failure}; astuner serve stopped (the calls answered before are in the store)")
     return 0
 
 
@@ -141,10 +145,9 @@ def _tuners(args: argparse.Namespace, candidate: object, name: str) -> tuple[obj
     return new_tuner, max_model_len
 
 
-def _wait() -> None:
-    """Until Ctrl-C or SIGTERM."""
+def _wait(failed: "threading.Event") -> None:
+    """Until Ctrl-C, SIGTERM or `failed`."""
     import signal
-    import threading
 
     def stop(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
@@ -154,6 +157,6 @@ def _wait() -> None:
     except ValueError:  # not the main thread
         pass
     try:
-        threading.Event().wait()
+        failed.wait()
     except KeyboardInterrupt:
         pass

@@ -8,10 +8,15 @@ a request without one is an episode of its own. Every reply carries the episode'
 which `POST /v1/feedback` takes: `{"episode": ID, "reward": NUMBER, "metadata": {...}}` (the same key). A session's
 calls continue one another as an episode's do in training (the earlier calls' ids reused verbatim); a session idle
 longer than `idle_s` is closed and, if it comes back, continues from its calls in the store.
+
+A reply and a feedback's `"recorded": true` go out only once their rows are committed to the store. Once the store
+cannot be written (a full disk), that call and every later request are answered 503 in OpenAI's error shape naming
+the store (code `store_failed`), nothing more is generated, and `failed` is set: the command stops with one line.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import secrets
@@ -27,7 +32,7 @@ from loguru import logger
 from astuner.gateway import limits, protocol
 from astuner.gateway.keys import Lease
 from astuner.gateway.server import Gateway, _bearer, _error, _json
-from astuner.records.trace_store import TraceStore
+from astuner.records.trace_store import StoreFailed, TraceStore
 from astuner.schema.calls import CallRecord, EpisodeRecorder
 
 SESSION_HEADER = "x-session-id"
@@ -45,11 +50,12 @@ class StoredRecorder(EpisodeRecorder):
     model: str = ""
     last_used: float = field(default_factory=time.monotonic)
     single_call: bool = False  # a request that named no session: an episode of one call
+    writes: dict[int, Any] = field(default_factory=dict)  # id(call) -> the future of its row's commit
 
     def add(self, call: CallRecord) -> bool:
         added = super().add(call)
         if added:
-            self.store.add_call(self.episode, call, model=self.model)
+            self.writes[id(call)] = self.store.add_call(self.episode, call, model=self.model)
         return added
 
 
@@ -62,6 +68,8 @@ class ServeGateway(Gateway):
         self.sessions: dict[str, Any] = {}  # episode id -> its ModelTuner
         self._sessions_lock = threading.Lock()
         self._reader: Optional[TraceStore] = None
+        self.failure: Optional[str] = None  # why the store cannot be written; set once, with `failed`
+        self.failed = threading.Event()
 
     def app(self) -> Any:
         from starlette.routing import Route
@@ -123,13 +131,43 @@ class ServeGateway(Gateway):
                                                    "owned_by": "astuner"}]})
 
     async def chat(self, request: Any) -> Any:
-        response = await super().chat(request)
+        if self.failure is not None:  # nothing is generated that cannot be recorded
+            return self._store_failed()
+        try:
+            response = await super().chat(request)
+        except StoreFailed as exc:  # a returning session's calls could not be read back
+            return self._store_failed(exc)
         if getattr(request.state, "bad_session", None) is not None:  # the gateway answered 401: it is a 400
             return self._refused(request)
         session = getattr(request.state, "session", None)
         if session is not None:
             response.headers["X-Session-Id"] = session
         return response
+
+    async def _stored(self, tuner: Any, record: Any) -> Optional[dict[str, Any]]:
+        future = tuner.recorder.writes.pop(id(record), None)
+        if future is None:
+            return None
+        try:
+            await asyncio.wrap_future(future)
+        except StoreFailed as exc:
+            self._fail(exc)
+            return self._store_failed_body()
+        return None
+
+    def _fail(self, exc: Exception) -> None:
+        if self.failure is None:
+            self.failure = str(exc)
+            self.failed.set()
+
+    def _store_failed_body(self) -> dict[str, Any]:
+        return protocol.error_body(f"{self.failure}: this server answers no more requests (nothing it generated "
+                                   f"could be kept)", "server_error", code="store_failed")
+
+    def _store_failed(self, exc: Optional[Exception] = None) -> Any:
+        if exc is not None:
+            self._fail(exc)
+        return _json(self._store_failed_body(), 503)
 
     def _refused(self, request: Any) -> Any:
         bad = getattr(request.state, "bad_session", None)
@@ -142,6 +180,8 @@ class ServeGateway(Gateway):
     async def feedback(self, request: Any) -> Any:
         if not secrets.compare_digest(_bearer(request.headers.get("authorization")) or "", self.key):
             return self._unauthorized()
+        if self.failure is not None:
+            return self._store_failed()
         try:  # read only within its limit: an episode id, a number and a metadata object
             body = json.loads(await limits.read_body(request, FEEDBACK_BYTES, "a feedback body's limit"))
         except protocol.RequestError as exc:
@@ -156,7 +196,10 @@ class ServeGateway(Gateway):
             return _error(protocol.RequestError(f"no episode {episode[:60]!r} in this store (an episode's id is the "
                                                 f"X-Session-Id of its calls' replies)", param="episode",
                                                 code="not_found", status=404))
-        self.store.add_feedback(episode, reward, metadata)
+        try:  # "recorded" only once its row is committed
+            await asyncio.wrap_future(self.store.add_feedback(episode, reward, metadata))
+        except StoreFailed as exc:
+            return self._store_failed(exc)
         logger.debug(f"feedback: episode {episode} reward {reward}")  # (the log file only)
         return _json({"episode": episode, "reward": reward, "recorded": True})
 

@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from astuner.cli_args import OneLineParser, run_command
 
@@ -80,6 +80,18 @@ def _tokenizer(model: str) -> Any:
     return load_tokenizer(str(folder), "--model")
 
 
+def _context(model: str) -> Optional[int]:
+    """The model's context (its config's max_position_embeddings), when it says."""
+    from astuner.evaluate.candidates import parse
+
+    config = parse(model).folder / "config.json"
+    try:
+        found = json.loads(config.read_text()).get("max_position_embeddings")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return int(found) if isinstance(found, int) and found > 0 else None
+
+
 def _list(args: argparse.Namespace) -> int:
     from astuner.records.trace_store import TraceStore
 
@@ -130,7 +142,7 @@ def _import(args: argparse.Namespace) -> int:
     store = TraceStore.open_for_writing(Path(args.store))
     try:
         report = import_calls(calls, skipped, store, tokenizer, "imported:studio" if studio else "imported:openai",
-                              entries)
+                              entries, _context(args.model))
     finally:
         store.close()
     if reasoning:

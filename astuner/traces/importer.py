@@ -11,12 +11,15 @@ Optional fields on a line: `session_id` (or `episode`): the episode it belongs t
 `reward`: the episode's reward (recorded as feedback). The call's prompt is the messages rendered with the
 generation prompt; its reply is what the template adds for the reply message, up to and with the end of turn.
 The log carries no token ids, so each call is checked to round-trip the tokenizer (astuner.model.chat.rerender);
-an episode that fails is named in the report and still stored. AgentScope Studio's trace database is read into
+an episode that fails is named in the report and still stored. Every line is checked before anything is written
+(JSON, roles, a finite reward, at most `MAX_LINE_BYTES`, within the model's context); an episode with a line that
+fails is left out whole, and each episode is written in one transaction. AgentScope Studio's trace database is read into
 the same calls by astuner.traces.studio."""
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -24,7 +27,7 @@ from typing import Any, Optional
 from astuner.errors import DataError
 from astuner.model.chat.messages import normalize_messages, normalize_tools
 from astuner.model.chat.rerender import EpisodeCheck, check_episode, summary
-from astuner.records.trace_store import TraceStore
+from astuner.records.trace_store import StoreFailed, TraceStore
 from astuner.schema.calls import CallRecord
 
 
@@ -53,29 +56,41 @@ class ImportReport:
                 "skipped": self.skipped, "notes": self.notes, "check": summary(self.checks)}
 
 
-def read_log(path: Path) -> tuple[list[LogCall], list[str], int]:
-    """The log's calls, 'line N: why' for each line that is none (not JSON, no messages, no reply), and the number
-    of lines read."""
+MAX_LINE_BYTES = 32 << 20  # a call of a 128k-token context runs to a few MiB of JSON: a longer line is no call
+
+
+def read_log(path: Path, max_line_bytes: int = MAX_LINE_BYTES) -> tuple[list[LogCall], list[str], int]:
+    """The log's calls, 'line N: why' for each line that is none (not JSON, no messages, no reply, a reward that
+    is no finite number, over `max_line_bytes`: never read whole), and the number of lines read."""
     if not path.is_file():
         raise DataError(f"{path}: no such file")
     calls, skipped, broken, lines = [], [], set(), 0
-    with open(path, encoding="utf-8") as fh:
-        try:
-            for n, text in enumerate(fh, start=1):
-                if not text.strip():
-                    continue
+    with open(path, "rb") as fh:
+        n = 0
+        while raw := fh.readline(max_line_bytes + 1):
+            n += 1
+            if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
+                while (rest := fh.readline(1 << 20)) and not rest.endswith(b"\n"):  # the rest dropped as it comes
+                    pass
                 lines += 1
-                row = None
-                try:
-                    row = json.loads(text)
-                    calls.append(parse_line(row, n))
-                except (ValueError, TypeError, KeyError, IndexError) as exc:
-                    skipped.append(f"line {n}: {str(exc)[:160]}")
-                    if isinstance(row, dict) and (row.get("session_id") or row.get("episode")):
-                        broken.add(str(row.get("session_id") or row.get("episode")))
-        except UnicodeDecodeError:
-            raise DataError(f"{path}: not a text file (a chat log is JSON lines in UTF-8; a SQLite file is read as "
-                            f"AgentScope Studio's database with --format studio or auto)") from None
+                skipped.append(f"line {n}: over {max_line_bytes >> 20} MiB, longer than any call (not read)")
+                continue
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise DataError(f"{path}: not a text file (a chat log is JSON lines in UTF-8; a SQLite file is read "
+                                f"as AgentScope Studio's database with --format studio or auto)") from None
+            if not text.strip():
+                continue
+            lines += 1
+            row = None
+            try:
+                row = json.loads(text)
+                calls.append(parse_line(row, n))
+            except (ValueError, TypeError, KeyError, IndexError, RecursionError) as exc:
+                skipped.append(f"line {n}: {str(exc)[:160]}")
+                if isinstance(row, dict) and (row.get("session_id") or row.get("episode")):
+                    broken.add(str(row.get("session_id") or row.get("episode")))
     return (*drop_broken(calls, skipped, broken), lines)
 
 
@@ -123,8 +138,9 @@ def parse_line(row: Any, n: int) -> LogCall:
         raise ValueError("no messages before the reply")
     episode = row.get("session_id") or row.get("episode") or f"line-{n}"
     reward = row.get("reward")
-    if reward is not None and (isinstance(reward, bool) or not isinstance(reward, (int, float))):
-        raise ValueError(f"reward {reward!r} is not a number")
+    if reward is not None and (isinstance(reward, bool) or not isinstance(reward, (int, float))
+                               or not math.isfinite(reward)):  # NaN, Infinity, 1e400: no reward to train on
+        raise ValueError(f"reward {reward!r} is not a finite number")
     return LogCall(str(episode), f"line {n}", normalize_messages(messages), normalize_tools(tools),
                    reply_message(reply), reward)
 
@@ -151,9 +167,12 @@ def as_record(call: LogCall, tokenizer: Any, stops: set[int]) -> tuple[CallRecor
 
 
 def import_calls(calls: list[LogCall], skipped: list[str], store: TraceStore, tokenizer: Any, source: str,
-                 entries: Optional[int] = None) -> ImportReport:
-    """`calls` grouped into episodes, rendered, checked and stored; an episode the store has already is skipped
-    (a log imported again adds only what is new). `entries`: what the log held (default: calls and skipped)."""
+                 entries: Optional[int] = None, max_model_len: Optional[int] = None) -> ImportReport:
+    """`calls` grouped into episodes, rendered, checked, then stored an episode to a transaction (its calls and its
+    reward together: a refused or failed import leaves no episode half-written, so a rerun of the fixed log adds
+    it); an episode the store has already is skipped (a log imported again adds only what is new), so is one
+    longer than `max_model_len`. `entries`: what the log held (default: calls and skipped). The report counts
+    only what is committed; StoreFailed when the store cannot be written (the episodes before it are stored)."""
     from astuner.model.engines.hf import stop_token_ids_of
 
     report = ImportReport(lines=len(calls) + len(skipped) if entries is None else entries, skipped=list(skipped))
@@ -170,6 +189,12 @@ def import_calls(calls: list[LogCall], skipped: list[str], store: TraceStore, to
         except ValueError as exc:
             report.skipped.append(f"{group[0].where}: episode {episode!r}: {exc}")
             continue
+        over = [(call.where, len(r.prompt_ids) + len(r.response_ids)) for call, (r, _) in zip(group, built)
+                if max_model_len and len(r.prompt_ids) + len(r.response_ids) > max_model_len]
+        if over:
+            report.skipped.append(f"{over[0][0]}: episode {episode!r}: {over[0][1]} tokens, over the model's context "
+                                  f"of {max_model_len}")
+            continue
         records = [record for record, _ in built]
         check = check_episode(tokenizer, episode, [_without_ids(r) for r in records])
         for i, (_, reply_round_trips) in enumerate(built):  # the replies' text must come back from their ids too
@@ -177,16 +202,16 @@ def import_calls(calls: list[LogCall], skipped: list[str], store: TraceStore, to
                 check.passed = False
                 check.causes.append("round_trip")
                 check.first_failed_call = i if check.first_failed_call is None else check.first_failed_call
+        reward = next((c.reward for c in reversed(group) if c.reward is not None), None)
+        try:
+            store.add_episode(episode, records, source, reward, {"from": "log"}).result()  # committed
+        except StoreFailed as exc:
+            raise StoreFailed(f"{exc}; {report.episodes} episodes were imported whole before it, a rerun adds the "
+                              f"rest") from None
         report.checks.append(check)
-        for record in records:
-            store.add_call(episode, record, source=source)
         report.episodes += 1
         report.calls += len(records)
-        reward = next((c.reward for c in reversed(group) if c.reward is not None), None)
-        if reward is not None:
-            store.add_feedback(episode, float(reward), {"from": "log"})
-            report.rewards += 1
-    store.flush()
+        report.rewards += reward is not None
     return report
 
 

@@ -176,6 +176,6 @@ def test_an_episode_with_a_line_it_cannot_read_is_left_out_whole(tiny_model_dir,
     assert code == 0, err
     report = json.loads(out)
     assert (report["lines"], report["episodes"], report["calls"]) == (4, 1, 1)  # lines read, not skips said
-    assert report["skipped"] == ["line 3: reward 'good' is not a number",
+    assert report["skipped"] == ["line 3: reward 'good' is not a finite number",
                                  "line 1: episode 't1' left out whole (2 other calls): a call of it is skipped above"]
     assert [e["id"] for e in TraceStore.read(tmp_path / "t.db").episodes()] == ["t2"]
