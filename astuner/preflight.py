@@ -144,11 +144,23 @@ def check_traces(cfg: Any, extra_roots: Sequence[Path]) -> str:
         raise DataError(f"astuner.trainer_common.traces.store: {raw} not found (relative paths: from the working "
                         f"folder, then the config's folder and its parents)")
     try:
-        episodes = TraceStore.read(path).episodes()
+        store = TraceStore.read(path)
     except DataError as exc:
         raise DataError(f"astuner.trainer_common.traces.store: {exc}") from None
-    rewarded = sum(e["reward"] is not None for e in episodes)
-    return f"traces: {path} ({len(episodes)} episodes, {rewarded} with a reward)"
+    try:
+        episodes = store.episodes()
+    finally:
+        store.close()
+    rewarded = [e["reward"] for e in episodes if e["reward"] is not None]
+    t = cfg.trainer_common.traces
+    usable = [r for r in rewarded if t.mode != "sft" or t.min_reward is None or r >= t.min_reward]
+    if not usable:  # training reads only rewarded episodes: said now, not after a validation
+        why = ("holds no episode" if not episodes else
+               f"holds {len(episodes)} episodes, none with a reward (rate them: POST /v1/feedback while served, or "
+               f"`astuner traces judge {raw} --conf ...`)" if not rewarded else
+               f"holds {len(rewarded)} rewarded episodes, none at or above traces.min_reward {t.min_reward:g}")
+        raise DataError(f"astuner.trainer_common.traces.store: {path} {why}; nothing to train on")
+    return f"traces: {path} ({len(episodes)} episodes, {len(rewarded)} with a reward)"
 
 
 def policies_note(cfg: Any, roots: Sequence[Path] = ()) -> str:

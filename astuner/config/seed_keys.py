@@ -39,8 +39,35 @@ def _same(key: str) -> SeedKey:
     return SeedKey(key, SAME, key)
 
 
+class _Contradicts(Exception):
+    """A seed key's value converted onto a key the file sets otherwise."""
+
+    def __init__(self, dotted: str, there: Any):
+        super().__init__(dotted)
+        self.dotted, self.there = dotted, there
+
+
+_UNSET = object()
+
+
+def _default(dotted: str) -> Any:
+    """astuner's default of an `astuner.` key (what the composed config holds when the file does not set it)."""
+    from astuner.config.schema import AstunerConfig
+
+    node: Any = AstunerConfig()
+    for part in dotted.split(".")[1:]:
+        node = getattr(node, part, _UNSET)
+    return node
+
+
 def _to(dotted: str) -> Callable[[Any, dict], None]:
-    return lambda value, merged: set_path(merged, dotted, value)
+    def convert(value: Any, merged: dict) -> None:
+        found, there = _take(merged, dotted, remove=False)
+        if (found and dotted.startswith("astuner.") and not isinstance(there, dict) and there not in (None, value)
+                and there != _default(dotted)):  # the file sets the astuner key too, to something else
+            raise _Contradicts(dotted, there)
+        set_path(merged, dotted, value)
+    return convert
 
 
 def _leaves_into(dotted: str) -> Callable[[Any, dict], None]:
@@ -59,6 +86,8 @@ def _logger(value: Any, merged: dict) -> bool:
 
 
 def _do_sample(value: Any, merged: dict) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(f"astuner.rollout.val_kwargs.do_sample must be true or false, got {value!r}")
     if value is False:  # greedy validation
         set_path(merged, "astuner.rollout.val_kwargs.temperature", 0.0)
 
@@ -237,7 +266,11 @@ def translate(merged: dict) -> list[str]:
         found, value = _take(tree, entry.key, remove=not entry.keep)
         if not found:
             continue
-        changed = entry.convert(value, merged) if entry.convert is not None else None
+        try:
+            changed = entry.convert(value, merged) if entry.convert is not None else None
+        except _Contradicts as exc:
+            raise ConfigError(f"astuner.{entry.key} {value!r} (the seed system's name for {exc.dotted}) contradicts "
+                              f"{exc.dotted} {exc.there!r} in the same config; keep one") from None
         if entry.does == NO_EFFECT:
             notes.append(f"astuner.{entry.key} (the seed system's key): no effect: {entry.how}")
         elif changed or not entry.keep:

@@ -34,6 +34,7 @@ class Evaluated:
     wall_s: float
     tokenizer: Any = None  # the local model's (its trajectories' tokens); None for an endpoint
     notes: list[str] = field(default_factory=list)
+    unreached: list[str] = field(default_factory=list)  # an endpoint's calls that could not reach it
 
 
 def split_tasks(cfg: Any, extra_roots: list[Any], split: str, limit: Optional[int]) -> list[Any]:
@@ -67,11 +68,13 @@ def load_local(cfg: Any, candidate: Candidate, out: Path) -> tuple[Any, Any]:
         folder = lora.merge_checkpoint(folder, merged)
     if vllm:
         return build_engine(cfg, tokenizer, model_path=str(folder)), tokenizer
+    from safetensors import SafetensorError
+
     from astuner.model.engines.hf import HFEngine
 
     try:
         engine = HFEngine.from_pretrained(str(folder), tokenizer, ro.max_num_seqs, ro.batch_wait_ms, ro.seed)
-    except (OSError, ValueError) as exc:  # transformers' errors on a folder without (readable) weights
+    except (OSError, ValueError, SafetensorError) as exc:  # a folder without (readable) weights, a damaged file
         first = (str(exc).strip().splitlines() or [""])[0][:150]
         raise DataError(f"--model {candidate.label}: cannot load a model from {folder} ({type(exc).__name__}: "
                         f"{first})") from None
@@ -112,8 +115,8 @@ def evaluate_candidate(config: Any, plugins: Any, candidate: Candidate, tasks: l
         from astuner.model.endpoint_tuner import Endpoint, EndpointTuner
 
         engine, tokenizer = None, None
-        tuner = functools.partial(EndpointTuner, endpoint=Endpoint(candidate.base_url, candidate.model,
-                                                                   candidate.api_key_env))
+        endpoint = Endpoint(candidate.base_url, candidate.model, candidate.api_key_env)
+        tuner = functools.partial(EndpointTuner, endpoint=endpoint)
     else:
         engine, tokenizer = load_local(cfg, candidate, out)
         tuner = None
@@ -145,7 +148,8 @@ def evaluate_candidate(config: Any, plugins: Any, candidate: Candidate, tasks: l
         loop.close()
     wall = time.perf_counter() - started
     summary = manager.row_problems.summary()
-    evaluated = Evaluated(candidate, batch.episodes, wall, tokenizer, [summary] if summary else [])
+    evaluated = Evaluated(candidate, batch.episodes, wall, tokenizer, [summary] if summary else [],
+                          endpoint.unreached if candidate.is_endpoint else [])
     failed = [e for e in batch.episodes if e.failed]
     logger.info(f"eval {candidate.label}: {len(batch.episodes)} episodes in {wall:.0f} s, reward "
                 f"{sum(rewards) / max(len(rewards), 1):.3f}")

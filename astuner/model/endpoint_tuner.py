@@ -27,6 +27,7 @@ class Endpoint:
         self.base_url, self.model, self.timeout_s = base_url, model, timeout_s
         self.api_key = (os.environ.get(api_key_env) if api_key_env else None) or "EMPTY"
         self._clients: dict[int, Any] = {}
+        self.unreached: list[str] = []  # the calls that could not reach it (after the SDK's retries), as errors
 
     def client(self) -> Any:
         import openai
@@ -102,7 +103,13 @@ class EndpointTuner(ModelTuner):
                                 "max_tokens": call.sampling.max_tokens}
         if call.tools:
             body["tools"] = call.tools
-        response = await self.endpoint.client().chat.completions.create(**body)
+        import openai
+
+        try:
+            response = await self.endpoint.client().chat.completions.create(**body)
+        except openai.APIConnectionError as exc:  # (a timeout too): the endpoint's, not the model's, failure
+            self.endpoint.unreached.append(f"{type(exc).__name__}: {exc}")
+            raise
         choice = response.choices[0]
         names = {t["function"]["name"] for t in call.tools or []}
         parsed, ids = parsed_reply(choice.message, names)

@@ -101,6 +101,7 @@ class StoreFailed(DataError):
 
 def _connect(path: Path, readonly: bool) -> sqlite3.Connection:
     uri = f"file:{path}?mode=ro" if readonly else f"file:{path}"
+    conn = None
     try:
         conn = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=30)
         conn.execute("PRAGMA foreign_keys = ON")
@@ -110,12 +111,12 @@ def _connect(path: Path, readonly: bool) -> sqlite3.Connection:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
         return conn
-    except sqlite3.OperationalError as exc:
-        if readonly and not os.access(path.parent, os.W_OK):
+    except sqlite3.DatabaseError as exc:
+        if conn is not None:
+            conn.close()
+        if isinstance(exc, sqlite3.OperationalError) and readonly and not os.access(path.parent, os.W_OK):
             # read-only media: a WAL store's reader cannot make its shared-memory file; the file is read as it is
             return sqlite3.connect(f"file:{path}?immutable=1", uri=True, check_same_thread=False)
-        raise DataError(f"trace store {path}: not readable ({exc})") from None
-    except sqlite3.DatabaseError as exc:
         raise DataError(f"trace store {path}: not a trace store, or not readable ({exc})") from None
 
 
@@ -269,8 +270,12 @@ class TraceStore:
         if not path.is_file():
             raise DataError(f"trace store {path}: no such file")
         conn = _connect(path, readonly=True)
-        if not _check_schema(conn, path):
-            raise DataError(f"trace store {path}: an SQLite file without a trace store's tables")
+        try:
+            if not _check_schema(conn, path):
+                raise DataError(f"trace store {path}: an SQLite file without a trace store's tables")
+        except DataError:
+            conn.close()
+            raise
         return cls(path, conn, writer=False)
 
     # -- writing (through the writer thread) -----------------------------------------------------------------------

@@ -73,7 +73,8 @@ def read_log(path: Path, max_line_bytes: int = MAX_LINE_BYTES) -> tuple[list[Log
                 while (rest := fh.readline(1 << 20)) and not rest.endswith(b"\n"):  # the rest dropped as it comes
                     pass
                 lines += 1
-                skipped.append(f"line {n}: over {max_line_bytes >> 20} MiB, longer than any call (not read)")
+                size = f"{max_line_bytes >> 20} MiB" if max_line_bytes >= 1 << 20 else f"{max_line_bytes} bytes"
+                skipped.append(f"line {n}: over {size}, longer than any call (not read)")
                 continue
             try:
                 text = raw.decode("utf-8")

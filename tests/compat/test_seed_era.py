@@ -37,6 +37,7 @@ def leaves(tree: dict, prefix: str = "") -> list[str]:
 
 
 def template(tmp_path: Path, model: Path, **edits: str) -> Path:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     text = (SEED / "seed_template.yaml").read_text()
     for rows in ("train", "val"):
         (tmp_path / f"{rows}.jsonl").write_text(json.dumps({"question": "What is 2 + 3?", "answer": "#### 5"}) + "\n")
@@ -97,6 +98,21 @@ def test_agentjets_user_workflow_is_the_workflow(tmp_path, tiny_model_dir):
     path = template(tmp_path, tiny_model_dir, **{"agentscope_workflow:": "user_workflow:"})
     run = load_run_config(path)
     assert run.astuner.rollout.agentscope_workflow == "example_math_agent/math_agent.py->MathLearn"
+
+
+def test_a_seed_key_beside_its_astuner_key_saying_otherwise_and_a_mistyped_seed_value_are_refused(
+        tmp_path, tiny_model_dir):
+    workflow = "agentscope_workflow: example_math_agent/math_agent.py->MathLearn"
+    path = template(tmp_path / "a", tiny_model_dir, **{workflow: f"{workflow}\n    user_workflow: other.py->Other"})
+    with pytest.raises(ConfigError, match=r"^astuner.rollout.user_workflow 'other.py->Other' \(the seed system's name "
+                                          r"for astuner.rollout.agentscope_workflow\) contradicts "):
+        load_run_config(path)
+    same = template(tmp_path / "b", tiny_model_dir, **{workflow: f"{workflow}\n    user_workflow: "
+                                                           f"example_math_agent/math_agent.py->MathLearn"})
+    assert load_run_config(same).astuner.rollout.agentscope_workflow == "example_math_agent/math_agent.py->MathLearn"
+    path = template(tmp_path / "c", tiny_model_dir, **{"do_sample: false": "do_sample: maybe"})
+    with pytest.raises(ConfigError, match=r"^astuner.rollout.val_kwargs.do_sample must be true or false, got 'maybe'"):
+        load_run_config(path)
 
 
 def test_a_seed_era_tutorial_runs_on_debug_as_written(tmp_path, tiny_model_dir, gsm8k_dir):

@@ -7,6 +7,7 @@ three tool calls (one good, one whose arguments are no JSON, one to a tool not o
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import threading
@@ -32,6 +33,9 @@ class ScriptedEndpoint:
                 return JSONResponse({"error": {"message": "bad key", "type": "invalid_request_error"}}, 401)
             if body["model"] == "broken" and body.get("tools"):  # answers a plain question, fails the agent's calls
                 return JSONResponse({"error": {"message": "tools overloaded", "type": "server_error"}}, 500)
+            if body["model"] == "gone" and body.get("tools"):  # answers the probe, then the server goes away
+                self.server.should_exit = True
+                await asyncio.sleep(0.5)  # (its listener closed meanwhile: later calls find no server)
             return JSONResponse(self.reply(body))
 
         app = Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])

@@ -5,6 +5,8 @@ as a user has them: the base model, a run's checkpoint, a LoRA run's checkpoint 
 from __future__ import annotations
 
 import json
+import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -207,3 +209,30 @@ def test_eval_of_an_agent_with_its_own_openai_client_goes_through_the_gateway(tr
         lines = [line for line in err.splitlines() if line.startswith("astuner: error:")]
         assert code == 2 and len(lines) == 1 and needle in lines[0], err[-2000:]
         assert not (tmp_path / "never").exists()
+
+    # a second model that does not load (a damaged weights file): the first model's figures stay in eval.json
+    damaged = tmp_path / "damaged"
+    shutil.copytree(trained["full"], damaged)
+    for weights in damaged.rglob("*.safetensors"):
+        weights.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{broken}")
+    code, _, err = run_cli(["eval", "--conf", str(conf), "--limit", "2", "--k", "1", "--out", str(tmp_path / "dmg"),
+                            "--model", f"label=warm,path={trained['full']}", "--model", f"label=dmg,path={damaged}"],
+                           capsys)
+    lines = [line for line in err.splitlines() if line.startswith("astuner: error:")]
+    assert code == 2 and len(lines) == 1 and "--model dmg: cannot load a model" in lines[0], err[-2000:]
+    assert "eval.json holds the 1 model(s) before it" in lines[0]
+    partial = json.loads((tmp_path / "dmg" / "eval.json").read_text())
+    assert [m["label"] for m in partial["models"]] == ["warm"] and "dmg could not be evaluated" in partial["incomplete"]
+
+    # an endpoint that goes away during its evaluation: its episodes' connection errors are not the model's
+    # failures (no score for it), and the model before it keeps its figures
+    monkeypatch.setenv("EVAL_TEST_KEY", KEY)
+    code, _, err = run_cli(["eval", "--conf", str(conf), "--limit", "2", "--k", "2", "--out", str(tmp_path / "gone"),
+                            "--model", f"label=warm,path={trained['full']}", "--model",
+                            f"base_url={endpoint.base_url},model=gone,api_key_env=EVAL_TEST_KEY"], capsys)
+    lines = [line for line in err.splitlines() if line.startswith("astuner: error:")]
+    assert code == 2 and len(lines) == 1, err[-2000:]
+    assert re.search(r"--model gone: \d+ of its calls could not reach the model \(not scored", lines[0]), \
+        lines[0]
+    partial = json.loads((tmp_path / "gone" / "eval.json").read_text())
+    assert [m["label"] for m in partial["models"]] == ["warm"] and "gone" in partial["incomplete"]

@@ -159,3 +159,34 @@ def test_a_full_disk_is_answered_503_naming_the_store_and_serve_stops_in_one_lin
         assert answered >= 1 and len(copy_store(store, tmp_path / "copy").calls("full")) >= answered
     finally:
         unmount()
+
+
+def test_a_reply_and_a_feedback_wait_for_their_rows_commit(tiny_model_dir, tmp_path):
+    """With a writer slowed down (0.5 s a write), the reply (whole and streamed) and the feedback's answer reach the
+    client only once a reader sees their rows."""
+    from tests.serve.test_serve import KEY as SERVE_KEY, client, serving
+
+    gateway, _, store = serving(tiny_model_dir, tmp_path / "traces.db")
+    try:
+        for name in ("_write_call", "_write_feedback"):
+            write = getattr(store, name)
+
+            def slow(*args, _write=write):
+                time.sleep(0.5)
+                _write(*args)
+
+            setattr(store, name, slow)
+        reader = TraceStore.read(store.path)
+        sdk = client(gateway, "slow")
+        sdk.chat.completions.create(model="tiny", messages=MESSAGES)
+        assert len(reader.calls("slow")) == 1
+        for _ in sdk.chat.completions.create(model="tiny", messages=MESSAGES, stream=True):
+            pass
+        assert len(reader.calls("slow")) == 2
+        answer = httpx.post(f"{gateway.base_url}/feedback", json={"episode": "slow", "reward": 1.0},
+                            headers={"Authorization": f"Bearer {SERVE_KEY}"}, timeout=120)
+        assert answer.json()["recorded"] is True
+        assert [f["reward"] for f in reader.feedback("slow")] == [1.0]
+    finally:
+        gateway.stop()
+        store.close()

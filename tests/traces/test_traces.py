@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 import sqlite3
 
@@ -179,3 +180,62 @@ def test_an_episode_with_a_line_it_cannot_read_is_left_out_whole(tiny_model_dir,
     assert report["skipped"] == ["line 3: reward 'good' is not a finite number",
                                  "line 1: episode 't1' left out whole (2 other calls): a call of it is skipped above"]
     assert [e["id"] for e in TraceStore.read(tmp_path / "t.db").episodes()] == ["t2"]
+
+
+def test_a_log_with_a_nan_reward_leaves_nothing_half_written_and_its_fixed_rerun_stores_everything(
+        tiny_model_dir, tmp_path, capsys):
+    """`"reward": NaN` on an episode's second line (Python's json reads NaN, Infinity and 1e400 as floats): the
+    episode is left out whole, the others stored whole; the fixed log imported again adds it with its reward."""
+    rows = [{"session_id": "e1", "messages": ASK + [{"role": "assistant", "content": "497"}], "reward": 1.0},
+            {"session_id": "e2", "messages": ASK + [CALL]},
+            {"session_id": "e2", "messages": ASK + [CALL, RESULT, {"role": "assistant", "content": "497"}],
+             "reward": 0.5},
+            {"session_id": "e3", "messages": ASK + [{"role": "assistant", "content": "12"}], "reward": 0.0},
+            {"session_id": "e4", "messages": ASK + [{"role": "assistant", "content": "13"}], "reward": 0.0}]
+    log = tmp_path / "log.jsonl"
+    lines = [json.dumps(row) for row in rows]
+    lines[2] = lines[2].replace('"reward": 0.5', '"reward": NaN')
+    lines[3] = lines[3].replace('"reward": 0.0', '"reward": Infinity')
+    lines[4] = lines[4].replace('"reward": 0.0', '"reward": 1e400')
+    log.write_text("\n".join(lines) + "\n")
+    store = tmp_path / "t.db"
+    args = ["traces", "import", str(log), "--store", str(store), "--model", str(tiny_model_dir), "--json"]
+    code, out, err = run_cli(args, capsys)
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["skipped"][:3] == ["line 3: reward nan is not a finite number",
+                                     "line 4: reward inf is not a finite number",
+                                     "line 5: reward inf is not a finite number"], report["skipped"]
+    reader = TraceStore.read(store)
+    assert [(e["id"], e["calls"], e["reward"]) for e in reader.episodes()] == [("e1", 1, 1.0)]
+    assert reader._conn.execute("SELECT COUNT(*) FROM calls WHERE episode_id = 'e2'").fetchone() == (0,)
+
+    log.write_text("\n".join(json.dumps(row) for row in rows) + "\n")  # fixed
+    code, out, err = run_cli(args, capsys)
+    assert code == 0, err
+    assert json.loads(out)["episodes"] == 3
+    assert sorted((e["id"], e["calls"], e["reward"]) for e in TraceStore.read(store).episodes()) == [
+        ("e1", 1, 1.0), ("e2", 2, 0.5), ("e3", 1, 0.0), ("e4", 1, 0.0)]
+
+
+def test_a_line_over_the_limit_is_skipped_unread_and_a_call_over_the_context_left_out(tiny_model_dir, tmp_path,
+                                                                                      capsys):
+    from astuner.traces.importer import read_log
+
+    log = tmp_path / "log.jsonl"
+    big = json.dumps({"session_id": "big", "messages": ASK + [{"role": "assistant", "content": "x" * 5000}]})
+    small = json.dumps({"session_id": "ok", "messages": ASK + [{"role": "assistant", "content": "497"}]})
+    log.write_text(f"{small}\n{big}\n{small.replace('ok', 'ok2')}\n")
+    calls, skipped, lines = read_log(log, max_line_bytes=1000)
+    assert [c.episode for c in calls] == ["ok", "ok2"] and lines == 3
+    assert skipped == ["line 2: over 1000 bytes, longer than any call (not read)"]
+    # within the line limit, over the model's context (the tiny model's max_position_embeddings)
+    long = json.dumps({"session_id": "long", "messages": ASK + [{"role": "assistant", "content": " 7 x" * 6000}]})
+    log.write_text(f"{small}\n{long}\n")
+    code, out, err = run_cli(["traces", "import", str(log), "--store", str(tmp_path / "t.db"), "--model",
+                              str(tiny_model_dir), "--json"], capsys)
+    assert code == 0, err
+    skipped = json.loads(out)["skipped"]
+    assert len(skipped) == 1 and re.fullmatch(r"line 2: episode 'long': \d+ tokens, over the model's context of "
+                                              r"\d+", skipped[0]), skipped
+    assert [e["id"] for e in TraceStore.read(tmp_path / "t.db").episodes()] == ["ok"]

@@ -42,6 +42,7 @@ class DebugBackbone:
             raise ConfigError(f"{key}: rollouts ahead of training run on hf engines of their own, each over a copy "
                               f"of the policy; astuner.rollout.engine {engine}{picked} cannot; use engine hf or "
                               f"max_staleness 0")
+        _check_copies_fit(a, schedule.bound)
         return schedule.describe()
 
     def check_resume(self, config: Any, checkpoints: Any) -> None:
@@ -65,3 +66,28 @@ class DebugBackbone:
 
 
 BACKBONE = DebugBackbone()
+
+
+def _check_copies_fit(a: Any, bound: int) -> None:
+    """Off-policy on debug holds bound + 1 fp32 copies of the policy (one per step in flight) beside the learner's
+    own (weights, gradients, AdamW's moments): refused here, with the numbers, when the machine's memory cannot."""
+    from astuner.backbone.machine import available_memory
+    from astuner.backbone.vllm_memory import model_folder, model_parameters
+    from astuner.errors import ConfigError
+
+    folder = model_folder(str(a.model.path)) if a.model.path else None
+    params = model_parameters(folder) if folder is not None else None
+    if not params:  # a model not there yet (the tiny model made on first use), or a hub id not in the cache
+        return
+    copies, learner = (bound + 1) * params * 4, params * 16
+    room = available_memory()
+    if copies + learner > room:
+        gib = 2 ** 30
+        fits = max(0, (room - learner) // (params * 4) - 1)
+        raise ConfigError(f"astuner.trainer_common.off_policy.max_staleness {bound}: {bound + 1} copies of the "
+                          f"{params / 1e6:.1f}M-parameter policy ({copies / gib:.1f} GiB) and its training "
+                          f"({learner / gib:.1f} GiB) do not fit the {room / gib:.1f} GiB of memory available; at "
+                          f"most {fits} here" if fits else
+                          f"astuner.trainer_common.off_policy.max_staleness {bound}: the policy's copies and its "
+                          f"training ({(copies + learner) / gib:.1f} GiB) do not fit the {room / gib:.1f} GiB of "
+                          f"memory available; keep max_staleness 0")

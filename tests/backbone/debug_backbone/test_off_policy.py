@@ -63,6 +63,31 @@ def test_a_contradicting_schedule_and_another_engine_are_refused_at_dry_run(tmp_
     assert not (tmp_path / "tiny_cpu").exists()
 
 
+def test_a_staleness_bound_beyond_the_run_or_the_machines_memory_is_refused_at_dry_run(tiny_model_dir, tmp_path,
+                                                                                       capsys, monkeypatch):
+    """max_staleness past the run's last step (no step can lag that much; the debug backbone would still build
+    that many engine copies), or more copies of the policy than the memory available: one line each, with the
+    numbers, before anything is built."""
+    monkeypatch.chdir(REPO_ROOT)
+    base = ["--conf", TINY, "--exp-dir", str(tmp_path), "--dry-run", f"astuner.model.path={tiny_model_dir}"]
+    key = "astuner.trainer_common.off_policy.max_staleness"
+    code, _, err = run_cli(base + [f"{key}=1000", "astuner.trainer_common.total_training_steps=8"], capsys)
+    lines = [line for line in err.splitlines() if line.startswith("astuner: error:")]
+    assert code == 2 and len(lines) == 1 and f"{key} 1000 is beyond the run's 8 steps (a step's samples lag at most " \
+        f"7 versions); at most 7" in lines[0], err[-1500:]
+    code, _, err = run_cli(base + [f"{key}=7", "astuner.trainer_common.total_training_steps=8"], capsys)
+    assert code == 0, err[-1500:]
+    from astuner.backbone import machine
+
+    monkeypatch.setattr(machine, "available_memory", lambda: 4 << 20)  # 4 MiB: 8 copies of the tiny policy do not fit
+    code, _, err = run_cli(base + [f"{key}=7", "astuner.trainer_common.total_training_steps=8"], capsys)
+    lines = [line for line in err.splitlines() if line.startswith("astuner: error:")]
+    assert code == 2 and len(lines) == 1 and re.search(
+        rf"{key} 7: 8 copies of the 0.1M-parameter policy \(0.0 GiB\) and its training \(0.0 GiB\) do not fit "
+        rf"the 0.0 GiB of memory available; at most 4 here", lines[0]), err[-1500:]
+    assert not (tmp_path / "tiny_cpu").exists()
+
+
 def test_off_policy_keys_that_change_nothing_are_said_at_dry_run(tmp_path, capsys, monkeypatch):
     """on_stale, anchor and is_cap do nothing in a synchronous run, nor is_cap where the clip is around the behaviour
     policy: each said in one WARNING line; a trace store trained by policy gradient reads is_cap, so it is not."""

@@ -189,6 +189,18 @@ def test_the_store_is_checked_before_the_run_and_refused_on_the_distributed_back
         code, out, err = run_cli([*base, f"astuner.trainer_common.traces.store={store}", "--dry-run",
                                   f"--backbone={backbone}"], capsys)
         assert code == 2 and "training from a trace store runs on the debug backbone" in err, err[-1500:]
+    # a store with nothing to train on: refused at --dry-run, before a run folder exists (not after a validation)
+    empty = TraceStore.open_for_writing(tmp_path / "empty.db")
+    empty.close()
+    unrated = store_of(tmp_path / "unrated.db", [("a", played["episodes"][0], None)])
+    for path, needle in [(tmp_path / "empty.db", "empty.db holds no episode; nothing to train on"),
+                         (unrated, "unrated.db holds 1 episodes, none with a reward (rate them: POST /v1/feedback"),
+                         (store, "holds 1 rewarded episodes, none at or above traces.min_reward 2")]:
+        code, out, err = run_cli([*base, f"astuner.trainer_common.traces.store={path}", "--dry-run",
+                                  "astuner.trainer_common.traces.min_reward=2"], capsys)
+        lines = [line for line in err.splitlines() if line.startswith("astuner: error:")]
+        assert code == 2 and len(lines) == 1 and needle in lines[0], err[-1500:]
+    assert not (tmp_path / "runs").exists()
 
 
 def chosen_from(played, path, *overrides):
