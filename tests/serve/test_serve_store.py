@@ -57,53 +57,62 @@ def copy_store(store: Path, to: Path) -> TraceStore:
     return TraceStore.read(to / store.name)
 
 
+def crash_trial(model_dir: Path, folder: Path, clients: int = 6, kill_after: int = 24) -> dict[str, int]:
+    """`astuner serve` on a new store in `folder`, `clients` sessions calling it at once (each call followed by a
+    reward), killed with SIGKILL once `kill_after` calls are answered; what was answered and what of it the store
+    lacks."""
+    store = folder / "traces.db"
+    folder.mkdir(parents=True)
+    proc, base_url = start_serve(model_dir, store)
+    answered: dict[str, int] = {}
+    rewarded: dict[str, list[float]] = {}
+    lock = threading.Lock()
+
+    def client(session: str) -> None:
+        calls = 0
+        try:
+            while True:
+                if chat(base_url, session).status_code != 200:
+                    return
+                calls += 1
+                with lock:
+                    answered[session] = calls
+                reply = feedback(base_url, session, float(calls))
+                if reply.status_code != 200 or reply.json().get("recorded") is not True:
+                    return
+                with lock:
+                    rewarded.setdefault(session, []).append(float(calls))
+        except httpx.TransportError:  # the server is gone
+            return
+
+    threads = [threading.Thread(target=client, args=(f"s{n}",)) for n in range(clients)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 300
+    while sum(answered.values()) < kill_after and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    for thread in threads:
+        thread.join(timeout=120)
+    assert sum(answered.values()) >= kill_after, proc.stderr.read()[-2000:]
+    reader = copy_store(store, folder / "copy")
+    lost_calls = sum(max(0, calls - len(reader.calls(session))) for session, calls in answered.items())
+    lost_feedback = sum(1 for session, rewards in rewarded.items()
+                        if [f["reward"] for f in reader.feedback(session)][:len(rewards)] != rewards)
+    TraceStore.open_for_writing(store).close()  # the killed writer's lock is taken over
+    return {"answered_calls": sum(answered.values()), "answered_feedback": sum(map(len, rewarded.values())),
+            "lost_calls": lost_calls, "sessions_losing_feedback": lost_feedback}
+
+
 def test_kill_9_under_concurrent_load_loses_no_answered_call_or_feedback(tiny_model_dir, tmp_path):
-    """Two trials (`bench/serve_crash.py` runs more): 6 clients, each a session of calls with a reward after each,
+    """Two trials (`bench/serve_crash.py` runs ten): 6 clients, each a session of calls with a reward after each,
     the server killed with SIGKILL once 24 calls are answered; every call answered 200 and every feedback answered
-    `"recorded": true` is in the store (a reply sent before its row was committed is lost here)."""
+    `"recorded": true` is in the store (a reply sent before its row was committed is lost here), and the store
+    opens for writing again."""
     for trial in range(2):
-        store = tmp_path / f"t{trial}" / "traces.db"
-        store.parent.mkdir()
-        proc, base_url = start_serve(tiny_model_dir, store)
-        answered: dict[str, int] = {}
-        rewarded: dict[str, list[float]] = {}
-        lock = threading.Lock()
-
-        def client(session: str) -> None:
-            calls = 0
-            try:
-                while True:
-                    if chat(base_url, session).status_code != 200:
-                        return
-                    calls += 1
-                    with lock:
-                        answered[session] = calls
-                    reply = feedback(base_url, session, float(calls))
-                    if reply.status_code != 200 or reply.json().get("recorded") is not True:
-                        return
-                    with lock:
-                        rewarded.setdefault(session, []).append(float(calls))
-            except httpx.TransportError:  # the server is gone
-                return
-
-        threads = [threading.Thread(target=client, args=(f"s{trial}-{n}",)) for n in range(6)]
-        for thread in threads:
-            thread.start()
-        deadline = time.monotonic() + 300
-        while sum(answered.values()) < 24 and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.01)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
-        for thread in threads:
-            thread.join(timeout=120)
-        assert sum(answered.values()) >= 24, proc.stderr.read()[-2000:]
-        reader = copy_store(store, tmp_path / f"t{trial}-copy")
-        for session, calls in answered.items():
-            assert len(reader.calls(session)) >= calls, (trial, session)
-            stored = [f["reward"] for f in reader.feedback(session)]
-            assert stored[:len(rewarded.get(session, []))] == rewarded.get(session, []), (trial, session)
-        # the killed writer's lock is taken over: the store opens for writing again
-        TraceStore.open_for_writing(store).close()
+        result = crash_trial(tiny_model_dir, tmp_path / f"t{trial}")
+        assert result["lost_calls"] == result["sessions_losing_feedback"] == 0, (trial, result)
 
 
 def _small_disk(tmp_path: Path):
