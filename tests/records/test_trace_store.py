@@ -251,3 +251,28 @@ def test_an_episode_is_written_whole_or_not_at_all_and_a_failed_write_fails_ever
     store.close()
     reader = TraceStore.read(tmp_path / "t.db")
     assert reader.episodes() == [] and reader._conn.execute("SELECT COUNT(*) FROM feedback").fetchone() == (0,)
+
+
+def test_a_lock_whose_file_the_last_writer_removed_meanwhile_is_taken_again_at_the_path(tmp_path, monkeypatch):
+    """An opener that opened FILE.writer just before the writer holding it closed (and removed it) locks a file no
+    longer at the path: it must lock the one at the path instead, or a third opener would become a second writer."""
+    import fcntl
+
+    path = tmp_path / "t.db"
+    lock = tmp_path / "t.db.writer"
+    real = fcntl.flock
+    removed = []
+
+    def flock(fd, op):
+        if not removed and op & fcntl.LOCK_EX:  # the writer before closes between this open and this lock
+            removed.append(fd)
+            lock.unlink()
+        return real(fd, op)
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    first = TraceStore.open_for_writing(path)
+    monkeypatch.setattr(fcntl, "flock", real)
+    assert removed and lock.is_file()
+    with pytest.raises(DataError, match=r"another process \(pid \d+\) writes to it"):
+        TraceStore.open_for_writing(path)
+    first.close()

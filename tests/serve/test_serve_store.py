@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from astuner.errors import DataError
 from astuner.records.trace_store import TraceStore
 
 KEY = "sk-serve-store-test"
@@ -196,6 +197,31 @@ def test_a_reply_and_a_feedback_wait_for_their_rows_commit(tiny_model_dir, tmp_p
                             headers={"Authorization": f"Bearer {SERVE_KEY}"}, timeout=120)
         assert answer.json()["recorded"] is True
         assert [f["reward"] for f in reader.feedback("slow")] == [1.0]
+    finally:
+        gateway.stop()
+        store.close()
+
+
+def test_once_the_store_has_failed_nothing_more_is_generated(tiny_model_dir, tmp_path):
+    """After a write failed, a call is answered 503 (store_failed) before the engine is asked for anything, and a
+    feedback too; `failed` is set for the command to stop."""
+    from tests.serve.test_serve import KEY as SERVE_KEY, client, serving
+
+    gateway, engine, store = serving(tiny_model_dir, tmp_path / "traces.db")
+    try:
+        sdk = client(gateway, "s")
+        sdk.chat.completions.create(model="tiny", messages=MESSAGES)
+        generated = len(engine.results)
+        store.add_feedback("s", 1.0, {"x": object()})  # a write that fails (no JSON), as a full disk's would
+        with pytest.raises(DataError):
+            store.flush()
+        assert httpx.post(f"{gateway.base_url}/feedback", json={"episode": "s", "reward": 1.0}, timeout=60,
+                          headers={"Authorization": f"Bearer {SERVE_KEY}"}).status_code == 503
+        assert gateway.failed.is_set() and "a write failed" in gateway.failure
+        reply = httpx.post(f"{gateway.base_url}/chat/completions", json={"model": "tiny", "messages": MESSAGES},
+                           headers={"Authorization": f"Bearer {SERVE_KEY}", "X-Session-Id": "s"}, timeout=60)
+        assert reply.status_code == 503 and reply.json()["error"]["code"] == "store_failed"
+        assert len(engine.results) == generated
     finally:
         gateway.stop()
         store.close()

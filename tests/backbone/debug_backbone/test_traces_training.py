@@ -200,6 +200,9 @@ def test_the_store_is_checked_before_the_run_and_refused_on_the_distributed_back
                                   "astuner.trainer_common.traces.min_reward=2"], capsys)
         lines = [line for line in err.splitlines() if line.startswith("astuner: error:")]
         assert code == 2 and len(lines) == 1 and needle in lines[0], err[-1500:]
+    code, out, err = run_cli([*base, f"astuner.trainer_common.traces.store={store}", "--dry-run",
+                              "astuner.trainer_common.traces.min_reward=1"], capsys)  # rewarded 1: at min_reward
+    assert code == 0, err[-1500:]
     assert not (tmp_path / "runs").exists()
 
 
