@@ -15,7 +15,6 @@ without one are judged: a user's verdict is not overwritten unless `--all` asks.
 from __future__ import annotations
 
 import asyncio
-import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -78,9 +77,6 @@ async def judge_episodes(judge: Any, store: TraceStore, writer: TraceStore, reju
                                      if str(exc) else f"{episode['id']}: {type(exc).__name__}")
                 return
         overall = overall_reward(reward)
-        if not math.isfinite(overall):  # NaN would fail the store's write; inf would train nan
-            report.failed.append(f"{episode['id']}: the judge gave {overall!r}, not a finite reward")
-            return
         numbers, texts = split_metrics(metrics)  # as a training run's judge metrics: numbers, else kept as text
         metadata: dict[str, Any] = {"from": "judge", "judge": name, "is_success": bool(success), "metrics": numbers}
         if texts:

@@ -71,16 +71,20 @@ def test_a_judge_that_fails_on_some_or_all(store, tmp_path, capsys):
                      "    print('judging', task['task_id'])  # a judge's own output stays off the --json report\n"
                      "    if task['task_id'] == 'wrong':\n"
                      "        raise ValueError('cannot tell')\n"
+                     "    if task['task_id'] == 'no-tool':\n"
+                     "        return JudgeOutput(reward=float('nan'))  # no reward: failed, the store unharmed\n"
                      "    if task['task_id'] == 'thinking':\n"
                      "        return JudgeOutput(reward=1.0, metrics={'note': 'text'})\n"
                      "    return JudgeOutput(reward=0.5, metrics={'length': numpy.float32(len(response))})\n")
     code, out, err = run_cli(["traces", "judge", str(store), "--conf", CONF, "--judge", f"{picky}->picky", "--json"],
                              capsys)
     assert code == 0, err
-    assert json.loads(out)["failed"] == ["wrong: ValueError: cannot tell"]
+    assert json.loads(out)["failed"] == ["no-tool: ValueError: judge picky gave reward nan; a reward must be a "
+                                         "finite number",
+                                         "wrong: ValueError: cannot tell"]
     assert "not judged: wrong: ValueError: cannot tell" in err and "judging right" in err
     assert rewards(store) == {"right": (0.5, "judge"), "wrong": (None, None), "rated": (0.0, "log"),
-                              "no-tool": (0.5, "judge"), "thinking": (1.0, "judge")}
+                              "no-tool": (None, None), "thinking": (1.0, "judge")}
     feedback = {e["id"]: e["feedback"] for e in TraceStore.read(store).episodes()}
     assert feedback["right"]["metrics"] == {"length": float(len("It reads \\boxed{497}."))}  # numpy: a number
     # a metric that is no number is kept as text, as a training run's judge metrics are
