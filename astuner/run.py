@@ -51,6 +51,7 @@ def check(request: RunRequest, backbone: Any, offline: bool, report: bool = True
     False: left in `request.found` for the caller to add to and raise). The run folder's path and the
     preflight's notes."""
     from astuner.config.lazy_imports import lazy_import_problem
+    from astuner.config.seed_api import seed_api_problems
     from astuner.preflight import preflight
     from astuner.records.run_dir import check_run_dir, holds_run
 
@@ -61,9 +62,14 @@ def check(request: RunRequest, backbone: Any, offline: bool, report: bool = True
     for key, plugin in (("astuner.rollout.agentscope_workflow", request.plugins.workflow),
                         ("astuner.task_judge.judge_protocol", request.plugins.judge),
                         ("astuner.trainer_common.sft.expert", request.plugins.expert)):
-        problem = lazy_import_problem(plugin, request.key_name(key)) if plugin is not None else None
-        if problem:  # it would fail every episode: said before anything is written
-            found.add(PluginError(problem))
+        if plugin is None:
+            continue
+        # what would fail every episode (a package this environment lacks, a seed-system name astuner has no
+        # equivalent for): said before anything is written
+        for problem in [lazy_import_problem(plugin, request.key_name(key)),
+                        *seed_api_problems(plugin, request.key_name(key))]:
+            if problem:
+                found.add(PluginError(problem))
     notes = preflight(run, request.exp_dir, offline=offline, backbone=backbone, exp_dir_key=request.exp_dir_key,
                       found=found)
     # before config.yaml is rewritten: a refused resume changes nothing

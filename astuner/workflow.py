@@ -24,12 +24,33 @@ class Workflow:
     name: ClassVar[str] = "workflow"
     trainable_targets: ClassVar[Optional[list[str]]] = None
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """The seed system's Workflow was a pydantic model: a subclass's `x: str = Field(default=...)` is its
+        default here too (a `default_factory` is called per instance, in __init__)."""
+        super().__init_subclass__(**kwargs)
+        for key, value in list(vars(cls).items()):
+            if _is_field(value) and getattr(value, "default_factory", None) is None:
+                default = value.default
+                if type(default).__name__ == "PydanticUndefinedType":
+                    raise TypeError(f"{cls.__name__}.{key}: a Field without a default; give it one (astuner's "
+                                    f"Workflow takes no constructor arguments from the run)")
+                setattr(cls, key, default)
+
     def __init__(self, **kwargs: Any) -> None:
+        for cls in reversed(type(self).__mro__):
+            for key, value in vars(cls).items():
+                if _is_field(value):  # a default_factory: a value of its own per instance
+                    setattr(self, key, value.default_factory())
         for key, value in kwargs.items():
             setattr(self, key, value)
 
     async def execute(self, workflow_task: "WorkflowTask", model_tuner: Any) -> "WorkflowOutput":
         raise NotImplementedError(f"{type(self).__name__}.execute is not implemented")
+
+
+def _is_field(value: Any) -> bool:
+    """A pydantic `Field(...)` (pydantic is not imported for it)."""
+    return type(value).__name__ == "FieldInfo" and type(value).__module__.startswith("pydantic")
 
 
 def check_workflow_plugin(obj: Any) -> Optional[str]:

@@ -44,6 +44,7 @@ def load_saved_run(config_yaml: str, roots: tuple[str, ...]) -> tuple[Any, Any, 
     """(AstunerConfig, workflow plug-in, judge instance or function) from a run folder's config.yaml."""
     import yaml
 
+    from astuner.config import attach_composed
     from astuner.config.plugin import resolve_plugin
     from astuner.config.source_map import SourceMap
     from astuner.config.validate import validate_astuner_tree
@@ -54,6 +55,7 @@ def load_saved_run(config_yaml: str, roots: tuple[str, ...]) -> tuple[Any, Any, 
     path = Path(config_yaml)
     merged = yaml.safe_load(path.read_text(encoding="utf-8"))
     cfg = validate_astuner_tree(merged["astuner"], SourceMap(path, []))
+    attach_composed(cfg, merged)
     extra_roots: Sequence[Path] = [Path(r) for r in roots]
     workflow = resolve_plugin(cfg.rollout.agentscope_workflow, "astuner.rollout.agentscope_workflow",
                               check_workflow_plugin, extra_roots)

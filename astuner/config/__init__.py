@@ -44,6 +44,36 @@ def load_run_config(conf_path: Path | str, overrides: Optional[list[str]] = None
     name = cfg.experiment_name or composed.conf_path.stem
     cfg.experiment_name = name
     composed.merged["astuner"]["experiment_name"] = name
+    attach_composed(cfg, composed.merged)
     conf_dir = composed.conf_path.parent
     return RunConfig(conf_path=composed.conf_path, merged=composed.merged, astuner=cfg, experiment_name=name,
                      extra_roots=[conf_dir, *conf_dir.parents], notes=notes)
+
+
+def attach_composed(cfg: Any, merged: dict) -> None:
+    """Keep the whole composed config (the user's own sections too) with the validated one: the seed system's
+    workflows read it as `model_tuner.config`."""
+    cfg._composed = merged
+
+
+def composed_view(cfg: Any) -> Any:
+    """The composed config kept with `cfg` as a read-only OmegaConf DictConfig (attribute access, as the seed
+    system's `model_tuner.config`); None when `cfg` was not loaded from a file."""
+    merged = getattr(cfg, "_composed", None)
+    if merged is None:
+        return None
+    view = getattr(cfg, "_composed_view", None)
+    if view is None:
+        import copy
+
+        from omegaconf import OmegaConf
+
+        from astuner.config.keys import set_path
+        from astuner.config.seed_keys import AS_WRITTEN
+
+        tree = copy.deepcopy(merged)
+        for dotted, value in (tree.pop(AS_WRITTEN, None) or {}).items():  # the seed keys as the file wrote them
+            set_path(tree, f"astuner.{dotted}", value)
+        view = OmegaConf.create(tree, flags={"readonly": True})
+        cfg._composed_view = view
+    return view

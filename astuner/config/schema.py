@@ -8,6 +8,7 @@ it here, use it, test it.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from typing import Any, ClassVar, Optional
 
@@ -15,7 +16,23 @@ from astuner.config.keys import DEBUG, NOT_TRINITY, NOT_VERL, key, section
 from astuner.config.schema_trainer import TrainerCommonConfig
 
 # allowed values; the modules that implement them are checked against these lists (tests/config/test_schema.py)
-TASK_READER_TYPES = ("huggingface_dat_repo", "dataset_file", "env_service")
+TASK_READER_TYPES = ("huggingface_dat_repo", "dataset_file", "env_service", "random_dummy")
+# the seed system's task readers astuner has none of: what to use instead
+SEED_READERS = {
+    "tracing": "the seed system's tracing reader (an agent's Studio traces as tasks) is `astuner traces import "
+               "~/AgentScope-Studio/database.sqlite --store traces.db --model MODEL`, then training from that store "
+               "with astuner.trainer_common.traces.store (docs/serve.md)",
+    "data_generation": "astuner generates no tasks inside a run: write the generated tasks to a JSON-lines file and "
+                       "read it with type dataset_file",
+}
+
+
+def _reader_type_problem(path: str, value: object) -> str:
+    if value in SEED_READERS:
+        return f"{path} {value!r}: {SEED_READERS[value]}"
+    close = difflib.get_close_matches(str(value), TASK_READER_TYPES, n=1, cutoff=0.5)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    return f"{path} {value!r} is not a task reader; {hint}choose one of {', '.join(TASK_READER_TYPES)}"
 SELECTORS = ("sequential", "shuffle", "random", "offline_easy2hard", "difficulty_based")
 TINY_TOKENIZERS = ("bpe", "words")
 MADNESS_CHECKS = ("nonsense", "wrong_toolcall")
@@ -113,7 +130,7 @@ class TaskReaderConfig:
     """Where a run's tasks come from."""
 
     type: str = key("huggingface_dat_repo", "Where tasks come from.", choices=TASK_READER_TYPES,
-                    message="{path} {value!r} is not a task reader; {hint}choose one of {choices}")
+                    message=_reader_type_problem)
     query_field: str = key("question", "Row field read as the task's query (main_query) for dataset rows that have "
                                        "no main_query field.")
     max_val_tasks: Optional[int] = key(None, "Validate on the first N validation tasks only (null = all): a quick "

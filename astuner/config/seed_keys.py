@@ -116,6 +116,7 @@ def _kl_in_reward(value: Any, merged: dict) -> None:
         set_path(merged, "algorithm.use_kl_in_reward", True)
 
 
+AS_WRITTEN = "astuner_seed_keys"  # the run config's section of the seed keys taken out, by dotted key
 VERL_ONLY = "verl's own key (read by the verl backbone; no effect on debug and trinity)"
 TABLE = (
     _same("project_name"),
@@ -133,6 +134,8 @@ TABLE = (
     SeedKey("rollout.agentscope_disable_toolcalls", NO_EFFECT,
             "tool calls are the agent's: register no tools (or a Toolkit without them) to leave them out"),
     _same("rollout.max_env_worker"),
+    SeedKey("rollout.mode", NO_EFFECT, "astuner's rollouts are always asynchronous (episodes run concurrently on the "
+                                       "engine); rollouts ahead of training are trainer_common.off_policy"),
     SeedKey("rollout.gamma", NO_EFFECT, "astuner's reward is the episode's, shared by its samples (no per-step "
                                         "discount; the template's own note: experimental, do not change)"),
     _same("rollout.compute_madness_checklist"),
@@ -266,6 +269,8 @@ def translate(merged: dict) -> list[str]:
         found, value = _take(tree, entry.key, remove=not entry.keep)
         if not found:
             continue
+        if not entry.keep:  # kept as written for the seed workflows' model_tuner.config (config.composed_view)
+            merged.setdefault(AS_WRITTEN, {})[entry.key] = value
         try:
             changed = entry.convert(value, merged) if entry.convert is not None else None
         except _Contradicts as exc:

@@ -252,6 +252,7 @@ class RolloutManager:
 
     async def _episode(self, task: Task, repeat_index: int, episode_uuid: str, sampling: SamplingParams,
                        limit: asyncio.Semaphore, stats: TrackerStats) -> EpisodeResult:
+        from astuner.config import composed_view
         from astuner.model.auxiliary import all_counted, episode_calls
         from astuner.model.model_tuner import ModelTuner
 
@@ -265,6 +266,7 @@ class RolloutManager:
                 trainable_targets=self.trainable_targets, chat_template_kwargs=ro.chat_template_kwargs,
                 loop=asyncio.get_running_loop(), reply_format=self.reply_format, gateway_settings=ro.openai_gateway,
                 policies=self.policies, engines=self.engines)
+            tuner.config = composed_view(self.cfg)  # the seed system's model_tuner.config
             env = self._env_handle(task, result.episode_uuid)
             workflow_task = WorkflowTask(task=task, repeat_index=repeat_index, episode_uuid=result.episode_uuid, env=env,
                                          workflow_args=dict(ro.workflow_args), auxiliary_models=self.auxiliary_models)

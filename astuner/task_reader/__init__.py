@@ -56,6 +56,10 @@ def _reader(cfg: AstunerConfig, extra_roots: Sequence[Path]) -> TaskReader:
         e = tr.env_service
         return EnvServiceReader(e.env_url, e.env_type, e.training_split, e.validation_split, e.timeout_s, e.retries,
                                 e.retry_backoff_s)
+    if tr.type == "random_dummy":
+        from astuner.task_reader.random_dummy import RandomDummyReader
+
+        return RandomDummyReader()
     raise ValueError(f"unknown task reader type {tr.type!r}")  # validate_astuner_tree rejects this earlier
 
 
@@ -66,4 +70,6 @@ def has_validation(cfg: AstunerConfig) -> bool:
         return bool(tr.huggingface_dat_repo.validation_split)
     if tr.type == "dataset_file":
         return bool(tr.dataset_file.validation.file_path)
+    if tr.type == "random_dummy":
+        return True
     return bool(tr.env_service.validation_split)

@@ -53,7 +53,8 @@ def template(tmp_path: Path, model: Path, **edits: str) -> Path:
 
 def test_the_table_covers_every_key_of_the_seed_template():
     tree = yaml.safe_load((SEED / "seed_template.yaml").read_text())["astuner"]
-    assert set(leaves(tree)) == set(BY_KEY) - {"rollout.user_workflow"}  # AgentJet's later name
+    # AgentJet's later name, and a key of the seed's examples (not of its template)
+    assert set(leaves(tree)) == set(BY_KEY) - {"rollout.user_workflow", "rollout.mode"}
     assert len(BY_KEY) == len(TABLE)
     declared = set(all_leaf_paths(AstunerConfig, "astuner"))
     assert {f"astuner.{e.key}" for e in TABLE if e.does == SAME} <= declared  # the same key: astuner has it
@@ -78,14 +79,23 @@ def test_the_seed_template_loads_with_each_key_read_as_astuner_reads_it(tmp_path
     assert "debug" not in run.merged["astuner"] and "context_tracker" not in run.merged["astuner"]
     # one line per key the file set that is not astuner's own, saying what became of it
     said = {entry.key for entry in TABLE for note in run.notes if note.startswith(f"astuner.{entry.key} ")}
-    expected = {e.key for e in TABLE if e.does != SAME} - {"rollout.user_workflow", "trainer_common.fsdp_config"}
+    expected = {e.key for e in TABLE if e.does != SAME} - {"rollout.user_workflow", "trainer_common.fsdp_config",
+                                                          "rollout.mode"}
     assert said >= expected - {"trainer_common.algorithm.use_kl_in_reward"}, expected - said
     assert all("\n" not in note and len(note) < 300 for note in run.notes)
     assert all("no effect: " in note for note in run.notes if BY_KEY[note.split()[0][8:]].does == NO_EFFECT)
     # the run folder's config holds only astuner's keys: a worker that reloads it has nothing to translate
     saved = tmp_path / "saved.yaml"
     saved.write_text(yaml.safe_dump(run.merged))
-    assert load_run_config(saved).notes == []
+    reloaded = load_run_config(saved)
+    assert reloaded.notes == []
+    # ...and keeps the seed keys as written for the seed workflows' model_tuner.config, there and reloaded
+    from astuner.config import composed_view
+
+    for loaded in (run, reloaded):
+        view = composed_view(loaded.astuner)
+        assert view.astuner.rollout.n_vllm_engine == 2 and view.astuner.debug.debug_first_n_tasks == 2
+        assert view.astuner.trainer_common.trinity_only__n_vllm_engine == 2 and "astuner_seed_keys" not in view
 
 
 def test_the_seed_templates_own_choices_astuner_cannot_honour_are_one_line_each(tmp_path, tiny_model_dir):
