@@ -151,13 +151,18 @@ def check_traces(cfg: Any, extra_roots: Sequence[Path]) -> str:
         episodes = store.episodes()
     finally:
         store.close()
-    rewarded = [e["reward"] for e in episodes if e["reward"] is not None]
+    rewarded = [e for e in episodes if e["reward"] is not None]
     t = cfg.trainer_common.traces
-    usable = [r for r in rewarded if t.mode != "sft" or t.min_reward is None or r >= t.min_reward]
+    usable = [e for e in rewarded if t.mode != "sft" or t.min_reward is None or e["reward"] >= t.min_reward]
+    if t.mode == "pg":  # its behaviour log-probs: a served episode's (an imported log has none)
+        usable = [e for e in usable if e["source"] == "served"]
     if not usable:  # training reads only rewarded episodes: said now, not after a validation
         why = ("holds no episode" if not episodes else
                f"holds {len(episodes)} episodes, none with a reward (rate them: POST /v1/feedback while served, or "
                f"`astuner traces judge {raw} --conf ...`)" if not rewarded else
+               f"holds {len(rewarded)} rewarded episodes, none served: traces.mode pg learns from the behaviour "
+               f"log-probs recorded by astuner serve, which imported episodes have not; use traces.mode sft"
+               if t.mode == "pg" else
                f"holds {len(rewarded)} rewarded episodes, none at or above traces.min_reward {t.min_reward:g}")
         raise DataError(f"astuner.trainer_common.traces.store: {path} {why}; nothing to train on")
     return f"traces: {path} ({len(episodes)} episodes, {len(rewarded)} with a reward)"

@@ -45,6 +45,15 @@ def _is_file_target(target: str) -> bool:
     return target.endswith(".py") or "/" in target or "\\" in target
 
 
+def _named_module(exc: ModuleNotFoundError) -> str:
+    """The module the failing import statement named (`astuner.utils.robust_dashscope`), which the error does not
+    give: it names the first package missing (`astuner.utils`)."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "importlib" not in f.filename]
+    line = frames[-1].line if frames else ""
+    named = re.search(r"(?:from|import)\s+(astuner[\w.]*)", line or "")
+    return named.group(1) if named and exc.name and named.group(1).startswith(exc.name) else (exc.name or "")
+
+
 def _import_failure(spec: str, key: str, what: str, exc: BaseException) -> PluginError:
     frames = traceback.extract_tb(exc.__traceback__)
     user_frames = [f for f in frames if "importlib" not in f.filename]
@@ -53,10 +62,7 @@ def _import_failure(spec: str, key: str, what: str, exc: BaseException) -> Plugi
         where = f" at {exc.filename}:{exc.lineno}"
         exc = SyntaxError(exc.msg)
     if isinstance(exc, ModuleNotFoundError) and moved(exc.name or ""):
-        # the module the import statement named (`astuner.utils.x`; the error names its first missing package)
-        line = user_frames[-1].line if user_frames else ""
-        named = re.search(r"(?:from|import)\s+(astuner[\w.]*)", line or "")
-        wanted = named.group(1) if named and named.group(1).startswith(exc.name) else exc.name
+        wanted = _named_module(exc)
         return PluginError(f"{key}: importing {what} for {spec!r} failed{where}: astuner has no module '{wanted}' "
                            f"(a name of the seed system's or an older layout): {moved(wanted)}")
     return PluginError(f"{key}: importing {what} for {spec!r} failed{where}: {type(exc).__name__}: {exc}")
@@ -104,8 +110,9 @@ def _import_module(target: str, spec: str, key: str, extra_roots: Sequence[Path]
                               f"'path/to/file.py->Name'") from None
         instead = moved(missing)
         if instead:
-            raise PluginError(f"{key}: module '{target}' of {spec!r} imports '{missing}', which astuner does not "
-                              f"have (a name of the seed system's or an older layout): {instead}") from None
+            wanted = _named_module(exc)
+            raise PluginError(f"{key}: module '{target}' of {spec!r} imports '{wanted}', which astuner does not "
+                              f"have (a name of the seed system's or an older layout): {moved(wanted)}") from None
         raise PluginError(f"{key}: module '{target}' of {spec!r} imports '{missing}', which is not installed; "
                           f"install it into this environment") from None
     except Exception as exc:

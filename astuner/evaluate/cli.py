@@ -72,6 +72,9 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     check_config(config)
     stamp = time.strftime("%Y%m%d-%H%M%S")
+    if args.out is not None and not args.out.strip():
+        raise DataError("--out is empty: name a new folder (or leave --out out for "
+                        f"{DEFAULT_OUT}/<experiment>-<time>)")
     out = Path(args.out) if args.out else Path(DEFAULT_OUT) / f"{config.experiment_name}-{stamp}"
     if out.exists() and not out.is_dir():
         raise DataError(f"--out {out} is a file: name a new folder")

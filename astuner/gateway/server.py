@@ -95,6 +95,9 @@ def _loop_factory() -> Any:
 class Gateway:
     """The server and its keys; `start()` binds and serves, `base_url` is what agents are given."""
 
+    # what a failure to listen names: the server, and the settings that choose its address
+    what, listen_keys = "the OpenAI gateway", "astuner.rollout.openai_gateway.host / port"
+
     def __init__(self, host: str = "127.0.0.1", port: int = 0):
         self.host, self.port = host, port
         self.keys = KeyRing()
@@ -132,8 +135,8 @@ class Gateway:
             sock.listen(2048)
         except OSError as exc:
             sock.close()
-            raise ConfigError(f"the OpenAI gateway cannot listen on {self.host}:{self.port} ({exc.strerror or exc}); "
-                              f"set astuner.rollout.openai_gateway.host / port (port 0 = any free one)") from None
+            raise ConfigError(f"{self.what} cannot listen on {self.host}:{self.port} ({exc.strerror or exc}); "
+                              f"set {self.listen_keys} (port 0 = any free one)") from None
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(self.app(), log_level="warning", access_log=False, lifespan="off",
                                 timeout_keep_alive=75, backlog=2048, proxy_headers=False, server_header=False,

@@ -233,6 +233,9 @@ class TraceStore:
     @classmethod
     def open_for_writing(cls, path: Path | str, model: str = "") -> "TraceStore":
         path = Path(path)
+        if not path.name or path.is_dir():
+            raise DataError(f"--store {path}: a folder, not a file; name the store's file in it "
+                            f"(traces.db)")
         if path.parent and not path.parent.is_dir():
             raise DataError(f"--store {path}: its folder {path.parent} does not exist")
         lock = WriterLock(path)
@@ -268,7 +271,8 @@ class TraceStore:
     def read(cls, path: Path | str) -> "TraceStore":
         path = Path(path)
         if not path.is_file():
-            raise DataError(f"trace store {path}: no such file")
+            raise DataError(f"trace store {path}: " + ("a folder, not a trace store's file" if path.is_dir() else
+                                                       "not a file" if path.exists() else "no such file"))
         conn = _connect(path, readonly=True)
         try:
             if not _check_schema(conn, path):

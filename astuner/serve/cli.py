@@ -62,8 +62,11 @@ def _key(args: argparse.Namespace) -> tuple[str, bool]:
 def _serve(args: argparse.Namespace) -> int:
     from astuner.errors import DataError
 
-    if args.max_tokens < 1 or (args.max_model_len is not None and args.max_model_len <= args.max_tokens):
-        raise DataError("--max-tokens must be at least 1 and below --max-model-len")
+    if args.max_tokens < 1:
+        raise DataError(f"--max-tokens must be at least 1, got {args.max_tokens}")
+    if args.max_model_len is not None and args.max_model_len <= args.max_tokens:
+        raise DataError(f"--max-model-len {args.max_model_len} leaves no room for a prompt beside replies of "
+                        f"--max-tokens {args.max_tokens} (default 1024): raise it, or lower --max-tokens")
     from astuner.viewer.server import check_port
 
     check_port(args.port, "--port")
@@ -130,6 +133,11 @@ def _tuners(args: argparse.Namespace, candidate: object, name: str) -> tuple[obj
     cfg.rollout.engine = args.engine
     config = folder / "config.json"
     found = json.loads(config.read_text()).get("max_position_embeddings") if config.is_file() else None
+    if args.max_model_len and found and args.max_model_len > int(found):
+        from astuner.errors import DataError
+
+        raise DataError(f"--max-model-len {args.max_model_len} is beyond the model's {found} positions "
+                        f"(max_position_embeddings): at most {found}")
     max_model_len = args.max_model_len or int(found or 4096)
     cfg.rollout.max_model_len = max_model_len
     # (a LoRA adapter on vLLM is merged into a folder beside the store first)

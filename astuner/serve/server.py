@@ -60,6 +60,8 @@ class StoredRecorder(EpisodeRecorder):
 
 
 class ServeGateway(Gateway):
+    what, listen_keys = "astuner serve", "--host / --port"
+
     def __init__(self, new_tuner: Any, store: TraceStore, key: str, model: str, host: str = "127.0.0.1",
                  port: int = 0, idle_s: float = 3600.0):
         """`new_tuner(recorder)`: a ModelTuner for one episode over the served model's engine."""
@@ -222,6 +224,12 @@ def parse_feedback(body: Any) -> tuple[str, float, Optional[dict[str, Any]]]:
         raise protocol.RequestError(f"feedback 'reward' must be a finite number, got {reward!r}", param="reward")
     if metadata is not None and not isinstance(metadata, dict):
         raise protocol.RequestError("feedback 'metadata' must be a JSON object", param="metadata")
+    if metadata is not None:
+        try:  # what the store writes: standard JSON (no NaN) in UTF-8 (no lone surrogate)
+            json.dumps(metadata, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        except (ValueError, UnicodeEncodeError) as exc:
+            raise protocol.RequestError(f"feedback 'metadata' cannot be stored: {str(exc)[:120]} (NaN and Infinity "
+                                        f"are no JSON; a lone surrogate is no Unicode text)", param="metadata") from None
     return episode, float(reward), metadata
 
 

@@ -126,7 +126,8 @@ def _import(args: argparse.Namespace) -> int:
 
     log = Path(args.log)
     if not log.is_file():
-        raise DataError(f"{log}: no such file")
+        raise DataError(f"{log}: " + ("a folder, not a chat log or Studio database" if log.is_dir() else
+                                      "not a file" if log.exists() else "no such file"))
     studio = args.format == "studio" or (args.format == "auto" and is_sqlite(log))
     # read first: a file that is no log, or holds no call, is said before any store is made
     if studio:

@@ -18,6 +18,7 @@ the same calls by astuner.traces.studio."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass, field
@@ -63,7 +64,8 @@ def read_log(path: Path, max_line_bytes: int = MAX_LINE_BYTES) -> tuple[list[Log
     """The log's calls, 'line N: why' for each line that is none (not JSON, no messages, no reply, a reward that
     is no finite number, over `max_line_bytes`: never read whole), and the number of lines read."""
     if not path.is_file():
-        raise DataError(f"{path}: no such file")
+        raise DataError(f"{path}: " + ("a folder, not a chat log" if path.is_dir() else "not a file" if path.exists()
+                                       else "no such file"))
     calls, skipped, broken, lines = [], [], set(), 0
     with open(path, "rb") as fh:
         n = 0
@@ -121,7 +123,7 @@ def parse_line(row: Any, n: int) -> LogCall:
         request, response = row["request"], row.get("response") or {}
         if not isinstance(request, dict):
             raise ValueError("its 'request' is not a JSON object")
-        messages, tools = list(request.get("messages") or []), request.get("tools")
+        messages, tools = request.get("messages") or [], request.get("tools")
         choices = response.get("choices") if isinstance(response, dict) else None
         if not choices and ("input" in request or isinstance(response, dict) and (
                 response.get("object") == "response" or "output" in response)):
@@ -129,15 +131,31 @@ def parse_line(row: Any, n: int) -> LogCall:
                              "log the calls through chat.completions, or write each as {messages: [..., the reply]}")
         if not choices:
             raise ValueError("a request without a response (no choices)")
+        if not isinstance(choices, list) or not isinstance(choices[0], dict) or \
+                not isinstance(choices[0].get("message"), dict):
+            raise ValueError("its response's choices[0].message is not a message object")
         reply = choices[0]["message"]
     else:
-        messages, tools = list(row.get("messages") or []), row.get("tools")
+        messages, tools = row.get("messages") or [], row.get("tools")
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            raise ValueError("its messages are not a list of message objects ({role, content})")
         if not messages or messages[-1].get("role") != "assistant":
             raise ValueError("its messages do not end with the assistant's reply")
         messages, reply = messages[:-1], messages[-1]
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        raise ValueError("its messages are not a list of message objects ({role, content})")
     if not messages:
         raise ValueError("no messages before the reply")
-    episode = row.get("session_id") or row.get("episode") or f"line-{n}"
+    try:  # what a tokenizer and the store take: Unicode text
+        json.dumps(row, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("it holds text that is not valid Unicode (a lone surrogate escape)") from None
+    session = row.get("session_id") or row.get("episode")
+    if session is not None and not isinstance(session, (str, int)):
+        raise ValueError(f"its session_id {session!r} is not a string")
+    # a line without a session is an episode of its own, named by its content: another log's line 1 is another
+    # episode, and the same line imported again is the same one
+    episode = session or "line-" + hashlib.sha1(json.dumps(row, sort_keys=True).encode("utf-8")).hexdigest()[:16]
     reward = row.get("reward")
     if reward is not None and (isinstance(reward, bool) or not isinstance(reward, (int, float))
                                or not math.isfinite(reward)):  # NaN, Infinity, 1e400: no reward to train on

@@ -144,6 +144,7 @@ def test_eval_refuses_what_it_cannot_run_in_one_line(trained, tmp_path, capsys, 
         "merge it into a model folder first": ["--model", str(tmp_path / "verl" / "global_step_2")],
         "exists and is not empty": ["--model", str(trained["model"]), "--out", str(tmp_path / "taken")],
         "--limit must be at least 1": ["--model", str(trained["model"]), "--limit", "0"],
+        "--out is empty: name a new folder": ["--model", str(trained["model"]), "--out", ""],
     }
     for needle, args in cases.items():
         code, out, err = run_cli([*base, *args], capsys)

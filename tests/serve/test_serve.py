@@ -186,7 +186,10 @@ def test_sessions_keys_and_feedback_errors(served):
                          (b'{"episode": "s2", "reward": 1, "score": 2}', "unknown feedback field(s) score"),
                          (b'{"episode": "s2", "reward": 1, "metadata": [1]}', "'metadata' must be a JSON object"),
                          (b'{"reward": 1}', "feedback needs 'episode'"), (b"[1]", "must be a JSON object"),
-                         (b"{", "not JSON")]:
+                         (b"{", "not JSON"),
+                         # metadata the store could not write (it would stop the server): refused, the server goes on
+                         (b'{"episode": "s2", "reward": 1, "metadata": {"a": "\\ud800"}}', "cannot be stored"),
+                         (b'{"episode": "s2", "reward": 1, "metadata": {"a": NaN}}', "cannot be stored")]:
         answer = httpx.post(f"{gateway.base_url}/feedback", headers={"Authorization": f"Bearer {KEY}"}, content=body)
         assert answer.status_code == 400 and needle in answer.json()["error"]["message"], (body, answer.text)
     # an oversized body: refused (413) on its declared length, before any of it is read (no body follows here: a

@@ -225,3 +225,35 @@ def test_once_the_store_has_failed_nothing_more_is_generated(tiny_model_dir, tmp
     finally:
         gateway.stop()
         store.close()
+
+
+def test_serve_mistakes_are_one_line_each(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    """A store path that names no file, context sizes that cannot be, a port taken: one line each naming serve's
+    own options (exit 2), nothing left behind."""
+    import socket
+
+    from tests.conftest import run_cli
+
+    monkeypatch.setenv("ASTUNER_SERVE_KEY", KEY)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "adir").mkdir()
+    base = ["serve", str(tiny_model_dir), "--port", "0"]
+    for args, needle in [(["--store", ""], "--store .: a folder, not a file"),  # '' is the working folder
+                         (["--store", "."], "--store .: a folder, not a file"),
+                         (["--store", "adir"], "--store adir: a folder, not a file"),
+                         (["--store", "t.db", "--max-model-len", "0"],
+                          "--max-model-len 0 leaves no room for a prompt beside replies of --max-tokens 1024"),
+                         (["--store", "t.db", "--max-tokens", "0"], "--max-tokens must be at least 1, got 0"),
+                         (["--store", "t.db", "--max-model-len", "99999999"],
+                          "--max-model-len 99999999 is beyond the model's 4096 positions")]:
+        code, _, err = run_cli(base + args, capsys)
+        lines = [line for line in err.splitlines() if line.startswith("astuner: error:")]
+        assert code == 2 and len(lines) == 1 and needle in lines[0], (args, err[-1500:])
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        code, _, err = run_cli(["serve", str(tiny_model_dir), "--store", "p.db", "--port", str(port)], capsys)
+    lines = [line for line in err.splitlines() if line.startswith("astuner: error:")]
+    assert code == 2 and len(lines) == 1 and f"cannot listen on 127.0.0.1:{port}" in lines[0], err[-1500:]
+    assert "set --host / --port" in lines[0] and "openai_gateway" not in lines[0]

@@ -59,8 +59,10 @@ def test_import_renders_groups_rewards_and_reports(tiny_model_dir, tokenizer, tm
     assert "imported 3 calls in 2 episodes (1 with a reward) from 8 lines" in err
 
     reader = TraceStore.read(store)
-    assert [(e["id"], e["source"], e["calls"], e["reward"]) for e in reader.episodes()] == \
-        [("t1", "imported:openai", 2, 1.0), ("line-3", "imported:openai", 1, None)]
+    (t1, hello) = reader.episodes()
+    assert (t1["id"], t1["source"], t1["calls"], t1["reward"]) == ("t1", "imported:openai", 2, 1.0)
+    # a line without a session: an episode named by its content (another log's line 3 is another episode)
+    assert re.fullmatch(r"line-[0-9a-f]{16}", hello["id"]) and (hello["calls"], hello["reward"]) == (1, None)
     first, second = reader.calls("t1")
     assert first.prompt_ids == tokenizer(tokenizer.apply_chat_template(
         ASK, tools=TOOLS, add_generation_prompt=True, tokenize=False), add_special_tokens=False)["input_ids"]
@@ -78,6 +80,12 @@ def test_import_renders_groups_rewards_and_reports(tiny_model_dir, tokenizer, tm
     code, out, err = run_cli(["traces", "list", str(store)], capsys)
     assert code == 0 and out.splitlines()[1].split() == ["t1", "imported:openai", "2", "1"]
     assert "2 episodes, 1 with a reward" in err
+    # another log whose first line has no session either: its episode is added, not taken for the first log's
+    other = write_log(tmp_path / "other.jsonl", [
+        {"messages": [{"role": "user", "content": "hello again"}, {"role": "assistant", "content": "hi"}]}])
+    code, out, err = run_cli(["traces", "import", str(other), "--store", str(store), "--model", str(tiny_model_dir)],
+                             capsys)
+    assert code == 0 and "imported 1 calls in 1 episodes" in err, err[-1000:]
 
 
 def test_import_names_text_the_tokenizer_cannot_give_back(tiny_model_dir, tmp_path, capsys):
@@ -239,3 +247,34 @@ def test_a_line_over_the_limit_is_skipped_unread_and_a_call_over_the_context_lef
     assert len(skipped) == 1 and re.fullmatch(r"line 2: episode 'long': \d+ tokens, over the model's context of "
                                               r"\d+", skipped[0]), skipped
     assert [e["id"] for e in TraceStore.read(tmp_path / "t.db").episodes()] == ["ok"]
+
+
+def test_lines_of_other_shapes_and_text_that_is_no_unicode_are_skipped_with_their_reason(tiny_model_dir, tmp_path,
+                                                                                      capsys):
+    log = tmp_path / "log.jsonl"
+    good = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+    log.write_text("\n".join([json.dumps({"messages": "hi"}), json.dumps({"messages": ["hi", "there"]}),
+                              json.dumps({"messages": {"a": 1}}),
+                              '{"messages": [{"role": "user", "content": "\\ud800"}, {"role": "assistant", '
+                              '"content": "x"}]}',
+                              json.dumps({"request": {"messages": [{"role": "user", "content": "q"}]},
+                                          "response": {"choices": [5]}}),
+                              json.dumps({**good, "session_id": {"a": 1}}), json.dumps(good)]) + "\n")
+    code, out, err = run_cli(["traces", "import", str(log), "--store", str(tmp_path / "t.db"), "--model",
+                              str(tiny_model_dir), "--json"], capsys)
+    assert code == 0, err[-2000:]
+    report = json.loads(out)
+    assert report["skipped"] == [
+        "line 1: its messages are not a list of message objects ({role, content})",
+        "line 2: its messages are not a list of message objects ({role, content})",
+        "line 3: its messages are not a list of message objects ({role, content})",
+        "line 4: it holds text that is not valid Unicode (a lone surrogate escape)",
+        "line 5: its response's choices[0].message is not a message object",
+        "line 6: its session_id {'a': 1} is not a string"], report["skipped"]
+    assert report["episodes"] == 1
+    for path, needle in [(tmp_path, "a folder, not a chat log"), (tmp_path / "none.jsonl", "no such file")]:
+        code, _, err = run_cli(["traces", "import", str(path), "--store", str(tmp_path / "t.db"), "--model",
+                                str(tiny_model_dir)], capsys)
+        assert code == 2 and needle in err, err[-1000:]
+    code, _, err = run_cli(["traces", "list", str(tmp_path)], capsys)
+    assert code == 2 and "a folder, not a trace store's file" in err

@@ -203,6 +203,14 @@ def test_the_store_is_checked_before_the_run_and_refused_on_the_distributed_back
     code, out, err = run_cli([*base, f"astuner.trainer_common.traces.store={store}", "--dry-run",
                               "astuner.trainer_common.traces.min_reward=1"], capsys)  # rewarded 1: at min_reward
     assert code == 0, err[-1500:]
+    # pg learns from behaviour log-probs, which an imported episode has not
+    imported = TraceStore.open_for_writing(tmp_path / "imported.db")
+    imported.add_episode("i", played["episodes"][0], "imported:openai", 1.0).result(timeout=60)
+    imported.close()
+    code, out, err = run_cli([*base, f"astuner.trainer_common.traces.store={tmp_path / 'imported.db'}", "--dry-run",
+                              "astuner.trainer_common.traces.mode=pg"], capsys)
+    assert code == 2 and "holds 1 rewarded episodes, none served: traces.mode pg learns from the behaviour" in err, \
+        err[-1500:]
     assert not (tmp_path / "runs").exists()
 
 
