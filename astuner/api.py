@@ -73,6 +73,18 @@ class TunerModelConfig:
     inference_engine_num: int = arg(1, "astuner.trainer_common.trinity_only__n_vllm_engine")
     tool_call_parser: str = arg("hermes", "astuner.rollout.tool_call_parser")
     reasoning_parser: Optional[str] = arg(None)
+    tinker_config: Optional["TinkerConfig"] = arg(None)  # agentscope's: training on Tinker's service (refused)
+
+
+@dataclass
+class TinkerConfig:
+    """agentscope.tuner's LoRA settings for training on Tinker's hosted service, which astuner does not train on:
+    tune() refuses a model that sets it, naming astuner's LoRA keys (its own backbones train the adapter)."""
+    rank: int = 16
+    seed: Optional[int] = None
+    train_mlp: bool = True
+    train_attn: bool = True
+    train_unembed: bool = True
 
 
 @dataclass
@@ -202,6 +214,12 @@ def model_keys(model: TunerModelConfig) -> dict[str, Any]:
     if model.max_tokens >= model.max_model_len:
         raise UserError(f"TunerModelConfig.max_tokens ({model.max_tokens}) must be smaller than max_model_len "
                         f"({model.max_model_len}): the prompt needs room too")
+    tinker = getattr(model, "tinker_config", None)
+    if tinker is not None:
+        raise UserError(f"TunerModelConfig.tinker_config: Tinker is a hosted training service, which astuner does "
+                        f"not train on; astuner trains a LoRA adapter on its own backbones: astuner.model.lora.rank: "
+                        f"{getattr(tinker, 'rank', 16)} (and lora.target_modules) in a config_path YAML, with "
+                        f"tinker_config left None")
     from astuner.backbone.translate_common import deep_merge
 
     chat_kwargs = {} if model.enable_thinking is None else {"enable_thinking": model.enable_thinking}

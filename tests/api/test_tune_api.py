@@ -403,3 +403,65 @@ def test_the_libraries_noise_is_off_unless_asked_for(tiny_model_dir, tmp_path, v
     assert proc.returncode == 0, proc.stderr[-3000:]
     noise = ("Repo card metadata block was not found", "Writing model shards", "Loading weights")
     assert all((line in proc.stderr) == verbose for line in noise), proc.stderr[-3000:]
+
+
+def test_every_name_agentscope_tuner_exports_is_here_with_its_meaning(tmp_path):
+    """The names of agentscope.tuner's __all__ (read from its file: its package import needs dspy) all import from
+    astuner.tuner; the signature checks accept and refuse what agentscope's accept and refuse (its own `_config`,
+    loaded from its file); Tinker and prompt tuning are refused in one line naming what astuner offers."""
+    import ast
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    import agentscope
+
+    import astuner.tuner as ours
+    from astuner.api import TunerModelConfig, model_keys
+
+    folder = Path(agentscope.__file__).parent / "tuner"
+    tree = ast.parse((folder / "__init__.py").read_text())
+    exported = next(ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+                    and getattr(node.targets[0], "id", "") == "__all__")
+    assert set(exported) <= set(ours.__all__) and all(hasattr(ours, name) for name in exported), \
+        set(exported) - set(ours.__all__)
+
+    package = type(sys)("agentscope_tuner_pkg")
+    package.__path__ = [str(folder)]
+    sys.modules["agentscope_tuner_pkg"] = package
+    spec = importlib.util.spec_from_file_location("agentscope_tuner_pkg._config", folder / "_config.py")
+    theirs = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = theirs
+    spec.loader.exec_module(theirs)
+
+    async def workflow(task, model): ...
+    async def workflow_all(task, model, auxiliary_models=None, logger=None): ...
+    async def workflow_extra(task, model, temperature): ...
+    async def workflow_kwargs(task, model, **kwargs): ...
+    async def workflow_short(task): ...
+    async def judge(task, response, auxiliary_models): ...
+    async def judge_args(task, response, *rest): ...
+
+    def verdict(check, fn):
+        try:
+            check(fn)
+            return True
+        except ValueError:
+            return False
+
+    for fn in (workflow, workflow_all, workflow_extra, workflow_kwargs, workflow_short, judge):
+        assert verdict(ours.check_workflow_function, fn) == verdict(theirs.check_workflow_function, fn), fn
+    for fn in (judge, judge_args, workflow, workflow_all):
+        assert verdict(ours.check_judge_function, fn) == verdict(theirs.check_judge_function, fn), fn
+    assert [verdict(ours.check_workflow_function, fn) for fn in (workflow, workflow_all, workflow_extra)] == \
+        [True, True, False]
+
+    with pytest.raises(UserError, match=r"^TunerModelConfig.tinker_config: Tinker is a hosted training service.*"
+                                        r"astuner.model.lora.rank: 8"):
+        model_keys(TunerModelConfig("m", 4096, max_tokens=1024, tinker_config=ours.TinkerConfig(rank=8)))
+    with pytest.raises(UserError, match=r"TunerModelConfig.tinker_config"):  # agentscope's own object too
+        model_keys(AS.TunerModelConfig(model_path="m", max_model_len=4096, max_tokens=1024,
+                                       tinker_config=AS.TinkerConfig(rank=4)))
+    for call in (lambda: ours.tune_prompt(workflow_func=workflow), lambda: ours.PromptTuneConfig()):
+        with pytest.raises(UserError, match=r"optimises the agent's system prompt with DSPy; astuner trains the "):
+            call()
