@@ -25,7 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the tools the agent offered, as a JSON list of OpenAI function schemas (AgentScope's "
                              "Toolkit.get_json_schemas()); rendered by the chat template as in training. In a "
                              "conversation, a line starting 'tool:' is the tool's result (the rest of the line)")
-    parser.add_argument("--max-new-tokens", type=int, default=256, metavar="N")
+    parser.add_argument("--max-new-tokens", type=int, default=256, metavar="N",
+                        help="the most tokens one reply may have (default 256)")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy")
     return parser
 
@@ -158,6 +159,9 @@ def _converse(args: argparse.Namespace, model: Any, tokenizer: Any, tools: Optio
         return 0
     stdin = stdin or sys.stdin
     interactive = stdin.isatty()
+    if interactive:
+        print("astuner: type a message, Enter sends it; a line starting 'tool:' answers the model's tool call "
+              "with the rest of the line; an empty line or Ctrl-D ends", file=sys.stderr, flush=True)
     while True:
         if interactive:
             print("you> ", end="", flush=True)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
+from astuner import __version__
 from astuner.cli_args import OneLineParser, run_command, say_error
 from astuner.config.notes import shown
 
@@ -33,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The training form's parser; its help opens with every command's synopsis and a line on each."""
     parser = OneLineParser(prog="astuner", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--conf", required=True, metavar="PATH", help="the experiment YAML")
+    parser.add_argument("--version", action="version", version=f"astuner {__version__}")
     from astuner.backbone import BACKBONES
 
     parser.add_argument("--backbone", choices=list(BACKBONES), default="debug",
@@ -244,6 +246,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     commands = _commands()
     if argv[:1] and argv[0] in commands:
         return commands[argv[0]][1](argv[1:])
+    if argv[:1] == ["--version"]:
+        print(f"astuner {__version__}")
+        return 0
+    if argv[:1] and not argv[0].startswith("-") and "=" not in argv[0]:  # a word where a command goes
+        import difflib
+
+        close = difflib.get_close_matches(argv[0], list(commands), n=1, cutoff=0.6)
+        hint = (f"did you mean 'astuner --conf {argv[0]}'? " if argv[0].endswith((".yaml", ".yml")) else
+                f"did you mean 'astuner {close[0]}'? " if close else "")
+        say_error(f"'{argv[0]}' is not a command; {hint}the commands: astuner --conf PATH (train), "
+                  f"{', '.join(commands)} ('astuner --help' says what each does)")
+        return 2
     parser = build_parser()
     try:
         args = parser.parse_intermixed_args(argv)

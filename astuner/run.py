@@ -132,6 +132,10 @@ def _prepare_and_run(request: RunRequest, backbone: Any, notes: list[str], viewe
                                f"trajectories; the viewer shows what the run folder holds")
         backbone.run(RunContext(config=run, plugins=request.plugins, run_dir=run_dir, with_ray=request.with_ray,
                                 with_logview=request.with_logview, auxiliary_models=aux, key_name=request.key_name))
+        from astuner.records.summary import closing_lines
+
+        for line in closing_lines(run_dir, run.conf_path if request.layout != "tune" else None):
+            logger.info(line)
     except BaseException as exc:
         mark_if_never_stepped(run_dir)
         why = str(exc) if isinstance(exc, StorageError) else \

@@ -83,6 +83,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     from astuner.evaluate.runner import check_endpoints
 
     check_endpoints(models)  # a wrong URL, key or model name: said now, before any model is loaded
+    made_parent = not out.parent.exists()  # (the default eval_record/ on a first evaluation)
     out.mkdir(parents=True, exist_ok=True)
     from astuner.records.run_dir import setup_logging
 
@@ -100,6 +101,8 @@ def _evaluate(args: argparse.Namespace) -> int:
 
             logger.remove()
             shutil.rmtree(out, ignore_errors=True)
+            if made_parent and out.parent.is_dir() and not any(out.parent.iterdir()):
+                out.parent.rmdir()  # the folder this evaluation made for it: nothing of it is left either
         raise
     from astuner.evaluate.report import table
 

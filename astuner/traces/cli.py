@@ -21,18 +21,27 @@ from astuner.cli_args import OneLineParser, run_command
 SHOWN = 20  # episodes named on the terminal (the --json report names them all)
 
 
+JUDGE = "Rewards for the store's episodes from a config's judge, which reads each stored conversation."
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="astuner traces",
                            description="List, check, import and judge the traces of an agent in use (a trace store).")
     commands = parser.add_subparsers(dest="command", required=True, metavar="{list,check,import,judge}")
-    listing = commands.add_parser("list", help="the store's episodes")
-    listing.add_argument("store", metavar="FILE")
-    check = commands.add_parser("check", help="the re-render check of every episode against MODEL's chat template")
-    check.add_argument("store", metavar="FILE")
+    listing = commands.add_parser("list", help="the store's episodes",
+                                  description="The store's episodes: id, source, calls, reward.")
+    listing.add_argument("store", metavar="FILE", help="the trace store (SQLite; astuner serve --store writes one)")
+    check = commands.add_parser("check", help="the re-render check of every episode against MODEL's chat template",
+                                description="Whether each episode's messages, rendered again by MODEL's chat template, "
+                                            "give the tokens recorded (prompts and replies), and why not.")
+    check.add_argument("store", metavar="FILE", help="the trace store")
     check.add_argument("--model", required=True, metavar="MODEL", help="the model that will be trained (its tokenizer)")
     check.add_argument("--json", action="store_true", help="the whole report as JSON on stdout")
     imports = commands.add_parser("import", help="OpenAI-format chat logs (JSON lines) or AgentScope Studio's trace "
-                                                 "database into a store")
+                                                 "database into a store",
+                                  description="Render a chat log (JSON lines) or AgentScope Studio's trace database "
+                                              "through MODEL's chat template into a trace store; each episode whole "
+                                              "or not at all.")
     imports.add_argument("log", metavar="LOG", help="a JSON-lines chat log, or Studio's database.sqlite")
     imports.add_argument("--format", choices=["auto", "openai", "studio"], default="auto",
                          help="what LOG is (default: auto: a SQLite file is Studio's database, else JSON lines)")
@@ -40,12 +49,13 @@ def build_parser() -> argparse.ArgumentParser:
     imports.add_argument("--model", required=True, metavar="MODEL",
                          help="the model that will be trained: its chat template renders the log")
     imports.add_argument("--json", action="store_true", help="the whole report as JSON on stdout")
-    judge_arguments(commands.add_parser("judge", help="rewards for the store's episodes from a config's judge"))
+    judge_arguments(commands.add_parser("judge", help="rewards for the store's episodes from a config's judge",
+                                        description=JUDGE))
     return parser
 
 
 def judge_arguments(judge: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    judge.add_argument("store", metavar="FILE")
+    judge.add_argument("store", metavar="FILE", help="the trace store (written to: no astuner serve may hold it)")
     judge.add_argument("--conf", required=True, metavar="PATH",
                        help="the experiment YAML whose judge (astuner.task_judge) and auxiliary models score")
     judge.add_argument("--judge", metavar="PLUGIN",
@@ -60,7 +70,8 @@ def judge_arguments(judge: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str]) -> int:
     if list(argv[:1]) == ["judge"]:  # overrides may follow the options: parsed intermixed, which subparsers cannot be
-        return run_command(judge_arguments(OneLineParser(prog="astuner traces judge")), _judge, argv[1:],
+        return run_command(judge_arguments(OneLineParser(prog="astuner traces judge", description=JUDGE)), _judge,
+                           argv[1:],
                            intermixed=True)
     commands = {"list": _list, "check": _check, "import": _import}
     return run_command(build_parser(), lambda args: commands[args.command](args), argv)

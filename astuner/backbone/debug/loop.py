@@ -129,10 +129,14 @@ class DebugTrainer:
             self.writer.truncate_after(-1)
             logger.warning(f"--resume: {self.run_dir.checkpoints} holds no complete checkpoint; starting from step 0 "
                            f"(the earlier run's metric rows are cleared)")
+        traces = cfg.trainer_common.traces
+        plan = (f"training from the trace store only ({traces.mode}; traces.then_rl false: no RL step)"
+                if traces.store is not None and not traces.then_rl else
+                f"{self.total_steps} steps of {cfg.data.train_batch_size} tasks x {cfg.rollout.num_repeat} episodes; "
+                f"{self.schedule.describe()}")
         logger.info(f"debug backbone: {self.learner.models_line()} on {device} ({self.dtype} compute, fp32 weights), "
-                    f"engine {type(getattr(self.engine, 'engine', self.engine)).__name__}, {len(self.train_tasks)} training / {len(self.val_tasks)} "
-                    f"validation tasks, {self.total_steps} steps of {cfg.data.train_batch_size} tasks x "
-                    f"{cfg.rollout.num_repeat} episodes; {self.schedule.describe()}")
+                    f"engine {type(getattr(self.engine, 'engine', self.engine)).__name__}, {len(self.train_tasks)} "
+                    f"training / {len(self.val_tasks)} validation tasks, {plan}")
 
     def _setup_pipeline(self, auxiliary: dict[str, Any]) -> None:
         """Off-policy: an engine per step that may be in flight (max_staleness + 1, each over a copy of the policy)
