@@ -67,7 +67,8 @@ def test_run_creates_records(seed, capsys, fake):
         assert (root / sub).is_dir()
     saved = yaml.safe_load((root / "config.yaml").read_text())
     assert saved["astuner"]["rollout"]["max_num_seqs"] == 40
-    assert "fake backbone ran" in (root / "astuner.log").read_text()
+    log = (root / "astuner.log").read_text()
+    assert "fake backbone ran" in log and f"next: astuner view {root}" in log  # the run's closing lines
     ctx = fake.CALLS[0]
     assert ctx.plugins.workflow.__name__ == "MathAgentWorkflow"
     assert ctx.plugins.judge.__name__ == "MathAnswerAsJudge"
@@ -115,7 +116,8 @@ def test_a_run_that_ends_before_its_first_step_leaves_no_run_behind(seed, capsys
     code, _, err = run_cli(["--conf", YAML], capsys)  # the fixed rerun proceeds, without --resume
     assert code == 0, err
     assert (root / "ran.txt").exists() and not (root / NEVER_STEPPED).exists()
-    assert "fake backbone ran" in (root / "astuner.log").read_text()
+    log = (root / "astuner.log").read_text()
+    assert "fake backbone ran" in log and f"next: astuner view {root}" in log  # the run's closing lines
     failed_logs = list(root.glob("astuner.failed_start.*.log"))
     assert len(failed_logs) == 1 and "internal bug" in failed_logs[0].read_text()
 
