@@ -68,7 +68,7 @@ def test_run_creates_records(seed, capsys, fake):
     saved = yaml.safe_load((root / "config.yaml").read_text())
     assert saved["astuner"]["rollout"]["max_num_seqs"] == 40
     log = (root / "astuner.log").read_text()
-    assert "fake backbone ran" in log and f"next: astuner view {root}" in log  # the run's closing lines
+    assert "fake backbone ran" in log and "next: astuner view runs/math_agent" in log  # the closing lines
     ctx = fake.CALLS[0]
     assert ctx.plugins.workflow.__name__ == "MathAgentWorkflow"
     assert ctx.plugins.judge.__name__ == "MathAnswerAsJudge"
@@ -117,7 +117,7 @@ def test_a_run_that_ends_before_its_first_step_leaves_no_run_behind(seed, capsys
     assert code == 0, err
     assert (root / "ran.txt").exists() and not (root / NEVER_STEPPED).exists()
     log = (root / "astuner.log").read_text()
-    assert "fake backbone ran" in log and f"next: astuner view {root}" in log  # the run's closing lines
+    assert "fake backbone ran" in log and "next: astuner view runs/math_agent" in log  # the closing lines
     failed_logs = list(root.glob("astuner.failed_start.*.log"))
     assert len(failed_logs) == 1 and "internal bug" in failed_logs[0].read_text()
 
