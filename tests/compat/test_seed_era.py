@@ -185,6 +185,12 @@ def test_a_plugin_importing_a_module_astuner_no_longer_has_is_told_what_to_use(t
     (tmp_path / "pkg" / "wf.py").write_text("import astuner.task_runner.agentscope_runner\n")
     with pytest.raises(PluginError, match=r"imports 'astuner.task_runner.*astuner does not have.*astuner.Workflow"):
         resolve_plugin("pkg.wf->W", "astuner.rollout.agentscope_workflow", extra_roots=[tmp_path])
+    # learn2ask's import, its workflow named by a module path: the hint of the module the import names
+    (tmp_path / "pkg" / "learn2ask.py").write_text("from astuner.utils.robust_dashscope import RobustDashScopeChatModel\n")
+    with pytest.raises(PluginError) as caught:
+        resolve_plugin("pkg.learn2ask->W", "astuner.rollout.agentscope_workflow", extra_roots=[tmp_path])
+    said = str(caught.value)
+    assert "imports 'astuner.utils.robust_dashscope'" in said and "DashScopeChatModel" in said, said
 
 
 def test_create_external_llm_fn_asks_the_endpoint_through_the_openai_sdk(monkeypatch):
