@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The training form's parser; its help opens with every command's synopsis and a line on each."""
     parser = OneLineParser(prog="astuner", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--conf", required=True, metavar="PATH", help="the experiment YAML")
-    parser.add_argument("--version", action="version", version=f"astuner {__version__}")
+    parser.add_argument("--version", action="version", version=f"astuner {__version__}", help=argparse.SUPPRESS)
     from astuner.backbone import BACKBONES
 
     parser.add_argument("--backbone", choices=list(BACKBONES), default="debug",
