@@ -399,6 +399,11 @@ class TraceStore:
         return [{"id": r[0], "created": r[1], "updated": r[2], "source": r[3], "model": r[4], "reward": r[5],
                  "feedback": json.loads(r[6]) if r[6] else None, "calls": r[7]} for r in rows]
 
+    def episode_model(self, episode: str) -> Optional[str]:
+        """The model recorded with `episode` (None: no such episode)."""
+        row = self._conn.execute("SELECT model FROM episodes WHERE id = ?", (episode,)).fetchone()
+        return None if row is None else row[0]
+
     def calls(self, episode: str) -> list[CallRecord]:
         """The episode's calls in order, as CallRecords (what the model saw and produced, token for token)."""
         rows = self._conn.execute("SELECT agent, messages, tools, prompt_text, prompt_ids, response_ids, logprobs, "

@@ -89,8 +89,20 @@ class ServeGateway(Gateway):
             request.state.bad_session = asked
             return None
         episode = asked or f"call-{uuid.uuid4().hex}"
+        if asked is not None and asked not in self.sessions and self.store.knows(asked):
+            served_by = self._stored_model(asked)
+            if served_by not in (None, "", self.model):  # its calls' ids are another tokenizer's: no continuing them
+                request.state.other_model = (asked, served_by)
+                return None
         request.state.session = episode
         return Lease(self._session(episode, asked is None), request.headers.get("x-agent") or "default")
+
+    def _stored_model(self, episode: str) -> Optional[str]:
+        """The model that served `episode`'s calls (the store's record of it)."""
+        self.store.flush()
+        if self._reader is None:
+            self._reader = TraceStore.read(self.store.path)
+        return self._reader.episode_model(episode)
 
     def _session(self, episode: str, single_call: bool) -> Any:
         now = time.monotonic()
@@ -139,7 +151,8 @@ class ServeGateway(Gateway):
             response = await super().chat(request)
         except StoreFailed as exc:  # a returning session's calls could not be read back
             return self._store_failed(exc)
-        if getattr(request.state, "bad_session", None) is not None:  # the gateway answered 401: it is a 400
+        if getattr(request.state, "bad_session", None) is not None or \
+                getattr(request.state, "other_model", None) is not None:  # the gateway answered 401: it is not
             return self._refused(request)
         session = getattr(request.state, "session", None)
         if session is not None:
@@ -172,6 +185,12 @@ class ServeGateway(Gateway):
         return _json(self._store_failed_body(), 503)
 
     def _refused(self, request: Any) -> Any:
+        other = getattr(request.state, "other_model", None)
+        if other is not None:
+            return _error(protocol.RequestError(
+                f"session {other[0][:60]!r} was served by model {other[1]!r}; this server serves {self.model!r}, "
+                f"whose tokens its recorded calls are not: start a new session (another X-Session-Id)",
+                code="session_of_another_model", status=409))
         bad = getattr(request.state, "bad_session", None)
         if bad is not None:
             return _error(protocol.RequestError(f"header X-Session-Id {bad[:40]!r} is not a session id: printable "

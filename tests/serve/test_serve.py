@@ -39,8 +39,8 @@ class SpyEngine:
         return None
 
 
-def serving(model_dir, store_path):
-    """A ServeGateway over the real hf engine (spied) writing into the store at `store_path`."""
+def serving(model_dir, store_path, name="tiny"):
+    """A ServeGateway over the real hf engine (spied) writing into the store at `store_path`, serving as `name`."""
     from transformers import AutoTokenizer
 
     from astuner.model.chat.tool_parser import resolve_format, resolve_reasoning
@@ -51,14 +51,14 @@ def serving(model_dir, store_path):
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     engine = SpyEngine(HFEngine.from_pretrained(str(model_dir), tokenizer, seed=0))
-    store = TraceStore.open_for_writing(store_path, "tiny")
+    store = TraceStore.open_for_writing(store_path, name)
 
     def new_tuner(recorder):
         return ModelTuner(engine, tokenizer, SamplingParams(1.0, 1.0, 24), 1024, recorder, model_name="tiny",
                           reply_format=(resolve_format("auto", tokenizer), resolve_reasoning("auto")),
                           gateway_settings=serving_settings())
 
-    return ServeGateway(new_tuner, store, KEY, "tiny").start(), engine, store
+    return ServeGateway(new_tuner, store, KEY, name).start(), engine, store
 
 
 @pytest.fixture
@@ -153,6 +153,32 @@ def test_a_session_continues_across_a_restart_of_serve_on_its_store(tiny_model_d
     assert again.choices[0].message.content == third.response_text or third.finish_reason == "length"
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     assert check_call(tokenizer, third) is None  # its fresh call's prompt re-renders to its ids
+
+
+def test_a_session_another_model_served_is_not_continued(tiny_model_dir, tmp_path):
+    """The store served by one model, then by another (a newer checkpoint under another name): a session the first
+    served is refused (409: its recorded ids are the first model's tokens), a new session is served."""
+    import openai
+
+    one = [{"role": "user", "content": "hi"}]
+    gateway, _, store = serving(tiny_model_dir, tmp_path / "traces.db", name="tiny-v1")
+    client(gateway, session="old").chat.completions.create(model="x", messages=one, max_tokens=4)
+    gateway.stop()
+    store.close()
+    gateway, engine, store = serving(tiny_model_dir, tmp_path / "traces.db", name="tiny-v2")
+    try:
+        with pytest.raises(openai.ConflictError, match="session 'old' was served by model 'tiny-v1'; this server "
+                                                        "serves 'tiny-v2'"):
+            client(gateway, session="old").chat.completions.create(model="x", messages=one, max_tokens=4)
+        assert engine.results == []
+        client(gateway, session="new").chat.completions.create(model="x", messages=one, max_tokens=4)
+        store.flush()
+        reader = TraceStore.read(store.path)
+        assert (reader.episode_model("old"), reader.episode_model("new")) == ("tiny-v1", "tiny-v2")
+        assert len(reader.calls("old")) == 1
+    finally:
+        gateway.stop()
+        store.close()
 
 
 def test_sessions_keys_and_feedback_errors(served):
