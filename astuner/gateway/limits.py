@@ -36,12 +36,14 @@ class ClientGone(Exception):
 
 def body_limit(tuner: Any) -> tuple[int, str]:
     """The largest body taken for `tuner`'s episode, and where that number comes from."""
-    configured = int(getattr(getattr(tuner, "gateway_settings", None), "max_request_bytes", 0) or 0)
+    settings = getattr(tuner, "gateway_settings", None)
+    setting = getattr(settings, "limit_setting", None) or "astuner.rollout.openai_gateway.max_request_bytes"
+    configured = int(getattr(settings, "max_request_bytes", 0) or 0)
     if configured > 0:
-        return configured, "astuner.rollout.openai_gateway.max_request_bytes"
+        return configured, setting
     return (max(MIN_BODY_BYTES, BYTES_PER_TOKEN * int(tuner.max_model_len)),
             f"{BYTES_PER_TOKEN} bytes per token of max_model_len {tuner.max_model_len}, at least 1 MiB; "
-            f"astuner.rollout.openai_gateway.max_request_bytes sets it")
+            f"{setting} sets it")
 
 
 def _too_large(size: str, limit: int, why: str) -> RequestError:

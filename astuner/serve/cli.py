@@ -37,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-tokens", type=int, default=1024, metavar="N",
                         help="the most tokens one reply may have (a request's max_tokens is capped here)")
     parser.add_argument("--name", metavar="NAME", help="the model's name in /v1/models (default: the folder's)")
+    parser.add_argument("--max-request-bytes", type=int, default=0, metavar="N",
+                        help="the largest request body read (default 0: 64 bytes per token of the context, at least "
+                             "1 MiB); a larger one is refused (413) before it is read")
     return parser
 
 
@@ -85,10 +88,16 @@ def _serve(args: argparse.Namespace) -> int:
     from astuner.records.run_dir import setup_logging
     from astuner.records.trace_store import TraceStore
 
+    if args.max_request_bytes < 0:
+        raise DataError(f"--max-request-bytes must be 0 (sized from the context) or more, got {args.max_request_bytes}")
+    if args.name is not None and not args.name.strip():
+        raise DataError("--name is empty: name the model (or leave --name out for the folder's name)")
     name = args.name or candidate.label
+    new_store = not Path(args.store).exists()
     store = TraceStore.open_for_writing(Path(args.store), name)
     setup_logging(Path(args.store + ".log"))  # the console, and a log beside the store
     gateway = None
+    served = False
     try:
         new_tuner, max_model_len = _tuners(args, candidate, name)
         from astuner.serve.server import ServeGateway
@@ -103,11 +112,15 @@ def _serve(args: argparse.Namespace) -> int:
               f"{args.api_key_env or KEY_ENV}", file=sys.stderr)
         print(f"astuner: name an episode with the header X-Session-Id; rewards: POST /v1/feedback; Ctrl-C stops; "
               f"log: {args.store}.log", file=sys.stderr, flush=True)
+        served = True
         _wait(gateway.failed)
     finally:
         if gateway is not None:
             gateway.stop()
         store.close()
+        if new_store and not served:  # a start that failed (the model, the port) leaves no empty store behind
+            for suffix in ("", "-wal", "-shm"):
+                Path(args.store + suffix).unlink(missing_ok=True)
     if gateway.failure is not None:
         raise DataError(f"{gateway.failure}; astuner serve stopped (the calls answered before are in the store)")
     return 0
@@ -143,7 +156,7 @@ def _tuners(args: argparse.Namespace, candidate: object, name: str) -> tuple[obj
     # (a LoRA adapter on vLLM is merged into a folder beside the store first)
     engine, tokenizer = load_local(cfg, candidate, Path(args.store + ".models"))
     reply_format = (resolve_format("auto", tokenizer), resolve_reasoning("auto"))
-    settings = serving_settings()
+    settings = serving_settings(args.max_request_bytes)
     sampling = SamplingParams(1.0, 1.0, args.max_tokens)
 
     def new_tuner(recorder: object) -> ModelTuner:

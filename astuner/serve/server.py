@@ -255,4 +255,5 @@ def parse_feedback(body: Any) -> tuple[str, float, Optional[dict[str, Any]]]:
 def serving_settings(max_request_bytes: int = 0) -> SimpleNamespace:
     """The gateway settings a served model's tuners carry: the request's temperature and top-p are taken (a
     deployed agent sets its own), within the server's max_tokens."""
-    return SimpleNamespace(request_sampling=True, max_request_bytes=max_request_bytes)
+    return SimpleNamespace(request_sampling=True, max_request_bytes=max_request_bytes,
+                           limit_setting="astuner serve --max-request-bytes")

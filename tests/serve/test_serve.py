@@ -229,6 +229,10 @@ def test_sessions_keys_and_feedback_errors(served):
                      f"application/json\r\nContent-Length: {10 << 20}\r\n\r\n".encode())
         head = sock.recv(65536).decode(errors="replace")
     assert head.startswith("HTTP/1.1 413") and "over the gateway's limit of 1048576 bytes" in head, head
+    big = httpx.post(f"{gateway.base_url}/chat/completions", headers={"Authorization": f"Bearer {KEY}"},
+                     content=b'{"messages": "' + b"y" * (2 << 20) + b'"}')
+    assert big.status_code == 413, big.text  # the limit named by serve's own option, not a config key
+    assert "astuner serve --max-request-bytes sets it" in big.json()["error"]["message"], big.text
     answer = httpx.post(f"{gateway.base_url}/feedback", headers={"Authorization": f"Bearer {KEY}"},
                         content=iter([b'{"episode": "s2", "reward": 1, "metadata": {"x": "', b"y" * (2 << 20), b'"}}']))
     assert answer.status_code == 413 and answer.json()["error"]["code"] == "request_too_large"

@@ -257,3 +257,4 @@ def test_serve_mistakes_are_one_line_each(tiny_model_dir, tmp_path, capsys, monk
     lines = [line for line in err.splitlines() if line.startswith("astuner: error:")]
     assert code == 2 and len(lines) == 1 and f"cannot listen on 127.0.0.1:{port}" in lines[0], err[-1500:]
     assert "set --host / --port" in lines[0] and "openai_gateway" not in lines[0]
+    assert not list(tmp_path.glob("p.db*")) or [p.name for p in tmp_path.glob("p.db*")] == ["p.db.log"]  # no store
