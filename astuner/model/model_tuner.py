@@ -129,12 +129,15 @@ class ModelTuner(ChatModelBase):
     def config(self) -> Any:
         """The run's whole config, composed (every section of the YAML, the user's own ones too), read-only, with
         attribute access: `model_tuner.config.astuner.rollout.multi_turn.max_steps`."""
+        if callable(self._config):  # made when first read (most workflows never read it)
+            self._config = self._config()
         if self._config is None:
             raise AttributeError("model_tuner.config: this model was not made by a run (no config to give)")
         return self._config
 
     @config.setter
     def config(self, value: Any) -> None:
+        """The config, or a function of no arguments that makes it."""
         self._config = value
 
     def get_model(self, target_name: str) -> ChatModelBase:

@@ -10,6 +10,7 @@ the step goes on unless more than `rollout.max_error_rate` of its episodes faile
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import statistics
 import time
@@ -266,7 +267,7 @@ class RolloutManager:
                 trainable_targets=self.trainable_targets, chat_template_kwargs=ro.chat_template_kwargs,
                 loop=asyncio.get_running_loop(), reply_format=self.reply_format, gateway_settings=ro.openai_gateway,
                 policies=self.policies, engines=self.engines)
-            tuner.config = composed_view(self.cfg)  # the seed system's model_tuner.config
+            tuner.config = functools.partial(composed_view, self.cfg)  # the seed's model_tuner.config, when read
             env = self._env_handle(task, result.episode_uuid)
             workflow_task = WorkflowTask(task=task, repeat_index=repeat_index, episode_uuid=result.episode_uuid, env=env,
                                          workflow_args=dict(ro.workflow_args), auxiliary_models=self.auxiliary_models)
