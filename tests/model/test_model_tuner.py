@@ -244,3 +244,29 @@ def test_a_tiny_model_path_is_made_where_it_says_never_found_in_a_parent(tmp_pat
     found = resolve_local_model("tiny_model", TinyModelConfig(hidden_size=32, layers=1, heads=2), "astuner.model.path",
                                 [tmp_path / "project", tmp_path])
     assert found == str(work / "tiny_model") and (work / "tiny_model" / "config.json").is_file()
+
+
+def test_the_seed_systems_model_tuner_methods(tokenizer):
+    """get_model gives what register_model gave in this episode (trained or the agent's own model), is_trainable
+    says which; config is made when first read and passed to the models register_model makes; get_llm_proxy and
+    get_context_tracker say what astuner offers instead."""
+    from agentscope.model import OpenAIChatModel
+
+    tuner = ModelTuner(ScriptedEngine(tokenizer, ["x"]), tokenizer, SamplingParams(), 4096,
+                       trainable_targets=["werewolf"])
+    with pytest.raises(AttributeError, match="not made by a run"):
+        tuner.config
+    made = []
+    tuner.config = lambda: made.append(1) or {"frozen_lake": {"size": 4}}
+    own = OpenAIChatModel(model_name="other", api_key="x", client_args={"base_url": "http://127.0.0.1:9/v1"})
+    wolf, seer = tuner.register_model("werewolf"), tuner.register_model("seer", default_model=own)
+    assert tuner.get_model("werewolf") is wolf and tuner.get_model("seer") is own and isinstance(wolf, ModelTuner)
+    assert (tuner.is_trainable("werewolf"), tuner.is_trainable("seer")) == (True, False)
+    with pytest.raises(ValueError, match="agent 'witch' is not registered in this episode"):
+        tuner.get_model("witch")
+    assert wolf.config == tuner.config == {"frozen_lake": {"size": 4}} and made == [1, 1]  # once per model read
+    assert wolf.config is wolf.config and made == [1, 1]  # and kept
+    with pytest.raises(AttributeError, match=r"as_openai_base_url\(\)"):
+        tuner.get_llm_proxy()
+    with pytest.raises(AttributeError, match="finish_reason 'length'"):
+        tuner.get_context_tracker()
