@@ -5,9 +5,8 @@ name a judge; `astuner --conf my_agent.yaml` does the rest.
 """
 
 from astuner.schema import JudgeOutput, Task, WorkflowOutput, WorkflowTask
+from astuner.version import __version__
 from astuner.workflow import Workflow
-
-__version__ = "0.1.0"
 
 __all__ = ["Workflow", "WorkflowTask", "WorkflowOutput", "JudgeOutput", "Task", "ModelTuner", "__version__"]
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from astuner import __version__
+from astuner.version import __version__
 from astuner.cli_args import OneLineParser, run_command, say_error
 from astuner.config.notes import shown
 

@@ -14,7 +14,7 @@ from tests.conftest import REPO_ROOT
 PACKAGE = REPO_ROOT / "astuner"
 # bottom to top; units on one floor do not import each other
 FLOORS = [
-    {"errors", "interrupts"},
+    {"errors", "interrupts", "version"},
     {"cli_args"},  # a subcommand's main says its AstunerErrors (run_command)
     {"schema"},
     {"config"},

@@ -51,3 +51,11 @@ def test_a_runs_closing_lines_say_its_validation_files_and_next_commands(tmp_pat
         f"{run.root / 'metrics.jsonl'}",
         f"next: astuner view {run.root}  |  astuner chat {checkpoint}  |  astuner eval --conf "
         f"{tmp_path / 'my_agent.yaml'} --model {checkpoint}"]
+
+
+def test_the_version_is_pyprojects():
+    import tomllib
+
+    from tests.conftest import REPO_ROOT
+
+    assert tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"] == __version__

@@ -34,10 +34,8 @@ Schema (version 1, `meta.schema_version`; a newer file is refused, not misread):
 from __future__ import annotations
 
 import concurrent.futures
-import fcntl
 import json
 import math
-import os
 import queue
 import sqlite3
 import sys
@@ -48,9 +46,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 from astuner.errors import DataError
+from astuner.records.store_file import (SCHEMA_VERSION, WriterLock, check_before_writing, check_schema, check_version,
+                                        connect)
 from astuner.schema.calls import CallRecord
 
-SCHEMA_VERSION = 1
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS episodes (id TEXT PRIMARY KEY, created REAL NOT NULL, updated REAL NOT NULL,
@@ -87,134 +86,14 @@ def _floats(values: list[float]) -> bytes:
     return packed.tobytes()
 
 
-TABLES = {"meta": ["key", "value"],
-          "episodes": ["id", "created", "updated", "source", "model", "reward", "feedback"],
-          "calls": ["episode_id", "seq", "agent", "created", "messages", "tools", "prompt_text", "prompt_ids",
-                    "response_ids", "logprobs", "finish_reason", "response_text", "tool_call_errors", "usage",
-                    "sampling"],
-          "feedback": ["id", "episode_id", "created", "reward", "metadata"]}
-
-
 class StoreFailed(DataError):
     """A write to the store failed (a full disk, the file gone): nothing more is recorded."""
-
-
-def _connect(path: Path, readonly: bool) -> sqlite3.Connection:
-    uri = f"file:{path}?mode=ro" if readonly else f"file:{path}"
-    conn = None
-    try:
-        conn = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=30)
-        conn.execute("PRAGMA foreign_keys = ON")
-        if readonly:
-            conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # opens the file: read-only media below
-        else:
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
-        return conn
-    except sqlite3.DatabaseError as exc:
-        if conn is not None:
-            conn.close()
-        if isinstance(exc, sqlite3.OperationalError) and readonly and not os.access(path.parent, os.W_OK):
-            # read-only media: a WAL store's reader cannot make its shared-memory file; the file is read as it is
-            return sqlite3.connect(f"file:{path}?immutable=1", uri=True, check_same_thread=False)
-        raise DataError(f"trace store {path}: not a trace store, or not readable ({exc})") from None
-
-
-def _check_schema(conn: sqlite3.Connection, path: Path, deep: bool = False) -> bool:
-    """Whether the file holds a store (False: an SQLite file with no table, made a store on writing); DataError for
-    anything else, found by reading only: another program's tables, a table of other columns, no or a newer schema
-    version, and (`deep`: before writing) a damaged file (`PRAGMA quick_check`)."""
-    try:
-        if deep:
-            problems = [row[0] for row in conn.execute("PRAGMA quick_check(3)").fetchall()]
-            if problems != ["ok"]:
-                raise DataError(f"trace store {path}: the file is damaged (SQLite's quick_check: "
-                                f"{'; '.join(problems)[:200]}); nothing was written to it: restore it, or name a new "
-                                f"file")
-        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        tables.discard("sqlite_sequence")
-        if not tables:
-            return False
-        if tables - set(TABLES) or "meta" not in tables:
-            raise DataError(f"trace store {path}: another program's SQLite database (tables: "
-                            f"{', '.join(sorted(tables)[:6])}), not a trace store; name a new file")
-        for table in tables:
-            columns = [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
-            if columns != TABLES[table]:
-                raise DataError(f"trace store {path}: its table {table} has columns {', '.join(columns)[:120]}, not "
-                                f"a trace store's; name a new file")
-        _check_version(conn, path)
-    except sqlite3.DatabaseError as exc:
-        raise DataError(f"trace store {path}: not a trace store, or not readable ({exc})") from None
-    return True
-
-
-def _check_version(conn: sqlite3.Connection, path: Path) -> None:
-    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    if row is None or not str(row[0]).isdigit():
-        raise DataError(f"trace store {path}: no schema version in its meta table; not a trace store")
-    if int(row[0]) > SCHEMA_VERSION:
-        raise DataError(f"trace store {path}: schema version {row[0]}, newer than this astuner's "
-                        f"{SCHEMA_VERSION}; upgrade astuner to read it")
-
-
-def _inspect(path: Path) -> None:
-    """The file at `path` checked read-only before a writer opens it (an absent or empty file is new)."""
-    if not path.exists() or (path.is_file() and path.stat().st_size == 0):
-        return
-    if not path.is_file():
-        raise DataError(f"--store {path}: not a file")
-    with open(path, "rb") as fh:
-        if fh.read(16) != b"SQLite format 3\x00":
-            raise DataError(f"trace store {path}: not a trace store (not an SQLite file); name a new file")
-    conn = _connect(path, readonly=True)
-    try:
-        _check_schema(conn, path, deep=True)
-    finally:
-        conn.close()
 
 
 def _finite(reward: float, episode: str) -> None:
     """A reward the store takes: a finite number (NaN would fail its write and every later one; inf trains nan)."""
     if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
         raise DataError(f"episode {episode!r}: reward {reward!r} is not a finite number; nothing was recorded")
-
-
-class WriterLock:
-    """The one-writer lock of a store: `flock` on FILE.writer, which holds its holder's pid."""
-
-    def __init__(self, store: Path):
-        self.path = store.with_name(store.name + ".writer")
-        self.fd: Optional[int] = None
-
-    def take(self) -> None:
-        while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-                os.close(fd)
-                raise DataError(f"trace store {self.path.with_suffix('')}: another process (pid {holder}) writes to "
-                                f"it (an `astuner serve`?; it holds {self.path}); one writer per store: stop it "
-                                f"first, or give a served store its rewards through POST /v1/feedback (readers need "
-                                f"no lock)") from None
-            try:  # a writer that closed meanwhile removed the file this lock is on: take the one at the path now
-                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
-            os.close(fd)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
-        self.fd = fd
-
-    def release(self) -> None:
-        if self.fd is not None:
-            self.path.unlink(missing_ok=True)  # while still held: an opener waiting on this file takes the next one
-            os.close(self.fd)
-            self.fd = None
 
 
 class TraceStore:
@@ -241,8 +120,8 @@ class TraceStore:
         lock = WriterLock(path)
         lock.take()
         try:
-            _inspect(path)  # read-only: nothing is written to a file refused here
-            conn = _connect(path, readonly=False)
+            check_before_writing(path)  # read-only: nothing is written to a file refused here
+            conn = connect(path, readonly=False)
         except DataError:
             lock.release()
             raise
@@ -253,7 +132,7 @@ class TraceStore:
                 conn.executemany("INSERT INTO meta VALUES (?, ?)", [("schema_version", str(SCHEMA_VERSION)),
                                                                     ("created", str(time.time())), ("model", model)])
                 conn.commit()
-            _check_version(conn, path)
+            check_version(conn, path)
         except (sqlite3.DatabaseError, DataError) as exc:
             conn.close()
             lock.release()
@@ -273,9 +152,9 @@ class TraceStore:
         if not path.is_file():
             raise DataError(f"trace store {path}: " + ("a folder, not a trace store's file" if path.is_dir() else
                                                        "not a file" if path.exists() else "no such file"))
-        conn = _connect(path, readonly=True)
+        conn = connect(path, readonly=True)
         try:
-            if not _check_schema(conn, path):
+            if not check_schema(conn, path):
                 raise DataError(f"trace store {path}: an SQLite file without a trace store's tables")
         except DataError:
             conn.close()
