@@ -261,10 +261,10 @@ def _check_rules(cfg: AstunerConfig, b: _Builder) -> None:
             b.error(*contradiction)
         steps = cfg.trainer_common.total_training_steps
         bound = off.max_staleness
-        if not contradiction and steps is not None and bound is not None and steps >= 1 and bound >= steps:
+        if not contradiction and steps is not None and bound is not None and steps >= 1 and bound > steps:
             b.error("astuner.trainer_common.off_policy.max_staleness",
                     f"astuner.trainer_common.off_policy.max_staleness {bound} is beyond the run's {steps} steps (a "
-                    f"step's samples lag at most {steps - 1} versions); at most {max(steps - 1, 0)}")
+                    f"step's samples lag at most {steps - 1} versions); at most {steps}")
     sel = tr.selector
     where = f"astuner.task_reader.{'task' if tr.data_selector is None else 'data'}_selector.feature_keys"
     if sel.selector_type == "difficulty_based" and len(sel.feature_keys) != 2:

@@ -79,12 +79,14 @@ def _check_copies_fit(a: Any, bound: int) -> None:
     params = model_parameters(folder) if folder is not None else None
     if not params:  # a model not there yet (the tiny model made on first use), or a hub id not in the cache
         return
-    copies, learner = (bound + 1) * params * 4, params * 16
+    steps = a.trainer_common.total_training_steps
+    engines = (min(bound, steps - 1) if steps else bound) + 1  # as loop.py builds them: no more than the steps
+    copies, learner = engines * params * 4, params * 16
     room = available_memory()
     if copies + learner > room:
         gib = 2 ** 30
         fits = max(0, (room - learner) // (params * 4) - 1)
-        raise ConfigError(f"astuner.trainer_common.off_policy.max_staleness {bound}: {bound + 1} copies of the "
+        raise ConfigError(f"astuner.trainer_common.off_policy.max_staleness {bound}: {engines} copies of the "
                           f"{params / 1e6:.1f}M-parameter policy ({copies / gib:.1f} GiB) and its training "
                           f"({learner / gib:.1f} GiB) do not fit the {room / gib:.1f} GiB of memory available; at "
                           f"most {fits} here" if fits else

@@ -145,7 +145,8 @@ class DebugTrainer:
 
         cfg = self.cfg
         pool = []
-        for _ in range(self.schedule.bound + 1):
+        # one engine per step that may be in flight: no more than the run has steps
+        for _ in range(min(self.schedule.bound, max(self.total_steps - 1, 0)) + 1):
             engine = producer_engine(cfg, self.tokenizer, self.learner.model, self.model_path)
             pool.append((engine, RolloutManager(cfg, self.ctx.plugins.workflow, self.judge, engine, self.tokenizer,
                                                 auxiliary_models=auxiliary, engines={"default": engine},
