@@ -247,8 +247,8 @@ def parse_feedback(body: Any) -> tuple[str, float, Optional[dict[str, Any]]]:
         try:  # what the store writes: standard JSON (no NaN) in UTF-8 (no lone surrogate)
             json.dumps(metadata, ensure_ascii=False, allow_nan=False).encode("utf-8")
         except (ValueError, UnicodeEncodeError) as exc:
-            raise protocol.RequestError(f"feedback 'metadata' cannot be stored: {str(exc)[:120]} (NaN and Infinity "
-                                        f"are no JSON; a lone surrogate is no Unicode text)", param="metadata") from None
+            why = f"{str(exc)[:120]} (NaN and Infinity are no JSON; a lone surrogate is no Unicode text)"
+            raise protocol.RequestError(f"feedback 'metadata' cannot be stored: {why}", param="metadata") from None
     return episode, float(reward), metadata
 
 
