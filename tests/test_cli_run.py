@@ -116,8 +116,7 @@ def test_a_run_that_ends_before_its_first_step_leaves_no_run_behind(seed, capsys
     code, _, err = run_cli(["--conf", YAML], capsys)  # the fixed rerun proceeds, without --resume
     assert code == 0, err
     assert (root / "ran.txt").exists() and not (root / NEVER_STEPPED).exists()
-    log = (root / "astuner.log").read_text()
-    assert "fake backbone ran" in log and "next: astuner view runs/math_agent" in log  # the closing lines
+    assert "fake backbone ran" in (root / "astuner.log").read_text()
     failed_logs = list(root.glob("astuner.failed_start.*.log"))
     assert len(failed_logs) == 1 and "internal bug" in failed_logs[0].read_text()
 
