@@ -45,14 +45,21 @@ def _sources(obj: Any) -> list[tuple[str, int, str]]:
     return out
 
 
+def parsed_sources(obj: Any) -> list[tuple[str, int, ast.AST]]:
+    """(file, first line, syntax tree) of the function, or of each function a class defines (those that parse)."""
+    out = []
+    for path, start, source in _sources(obj):
+        try:
+            out.append((path, start, ast.parse(source)))
+        except SyntaxError:
+            continue
+    return out
+
+
 def missing_imports(obj: Any) -> list[tuple[str, str, int]]:
     """(module, file, line) of each import in `obj`'s body of a package not installed here, outside `try:`."""
     found = []
-    for path, start, source in _sources(obj):
-        try:
-            tree = ast.parse(source)
-        except SyntaxError:
-            continue
+    for path, start, tree in parsed_sources(obj):
         guarded = {id(node) for t in ast.walk(tree) if isinstance(t, ast.Try) for stmt in t.body
                    for node in ast.walk(stmt)}
         for node in ast.walk(tree):

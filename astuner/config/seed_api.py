@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from astuner.config.lazy_imports import _sources
+from astuner.config.lazy_imports import parsed_sources
 
 # the seed system's ModelTuner methods astuner has no object for: what to use instead (ModelTuner raises these,
 # and --dry-run says them when a workflow calls them)
@@ -37,11 +37,7 @@ GONE = {**SEED_GONE,
 def seed_api_problems(obj: Any, key: str) -> list[str]:
     """One line per use, in `obj`'s body, of a seed-system name astuner has no equivalent for."""
     problems = []
-    for path, start, source in _sources(obj):
-        try:
-            tree = ast.parse(source)
-        except SyntaxError:
-            continue
+    for path, start, tree in parsed_sources(obj):
         seen = set()
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and node.attr in GONE and node.attr not in seen:

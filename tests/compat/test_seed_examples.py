@@ -37,6 +37,15 @@ def rows(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
+def trains_two_steps(conf: str, run: Path, capsys, *overrides: str) -> list[dict]:
+    """`astuner --conf conf` with the sizes: it ends 0 after steps 1 and 2, no episode failing; step 1's episodes."""
+    code, out, err = run_cli(["--conf", conf, "--exp-dir", str(run.parent), *overrides, *SIZES], capsys)
+    assert code == 0, err[-3000:]
+    steps = [r for r in rows(run) if r["step"] > 0]
+    assert [r["step"] for r in steps] == [1, 2] and all(r["rollout/error_rate"] == 0.0 for r in steps), steps
+    return episodes(run, 1)
+
+
 def episodes(run: Path, step: int) -> list[dict]:
     return [json.loads(line) for line in (run / "trajectories" / f"step_{step}.jsonl").read_text().splitlines()]
 
@@ -48,13 +57,8 @@ def test_the_seed_frozenlake_example_trains_two_steps_on_debug(tiny_model_dir, t
     root = seed_example(tmp_path / "repo", "frozenlake", tiny_model_dir,
                         "/mnt/data_cpfs/model_cache/modelscope/hub/Qwen/Qwen/Qwen2___5-3B-Instruct")
     monkeypatch.chdir(root)
-    code, out, err = run_cli(["--conf", "tutorial/example_frozenlake/frozenlake_easy.yaml", "--exp-dir",
-                              str(tmp_path / "runs"), "astuner.data.train_batch_size=2", *SIZES], capsys)
-    assert code == 0, err[-3000:]
-    run = tmp_path / "runs" / "frozenlake_easy"
-    steps = [r for r in rows(run) if r["step"] > 0]
-    assert [r["step"] for r in steps] == [1, 2] and all(r["rollout/error_rate"] == 0.0 for r in steps), steps
-    played = episodes(run, 1)
+    played = trains_two_steps("tutorial/example_frozenlake/frozenlake_easy.yaml", tmp_path / "runs" / "frozenlake_easy",
+                              capsys, "astuner.data.train_batch_size=2")
     assert {e["task_id"] for e in played} <= {str(n) for n in range(1000)} and all(e["calls"] >= 1 for e in played)
     # the workflow's metadata: it ran its own loop (max_steps from the config) to an end it names
     assert all(e["metadata"]["terminate_reason"] in ("success", "max_steps_reached", "agent_error")
@@ -72,13 +76,8 @@ def test_the_seed_werewolves_example_trains_two_steps_on_debug(tiny_model_dir, t
                         "/mnt/data_cpfs/model_cache/modelscope/hub/Qwen/Qwen/Qwen2___5-7B-Instruct",
                         **{"http://22.17.52.4:2888/v1": f"http://127.0.0.1:{port}/v1"})
     monkeypatch.chdir(root)
-    code, out, err = run_cli(["--conf", "tutorial/example_werewolves/werewolves.yaml", "--exp-dir",
-                              str(tmp_path / "runs"), "astuner.data.train_batch_size=1", *SIZES], capsys)
-    assert code == 0, err[-3000:]
-    run = tmp_path / "runs" / "werewolves"
-    steps = [r for r in rows(run) if r["step"] > 0]
-    assert [r["step"] for r in steps] == [1, 2] and all(r["rollout/error_rate"] == 0.0 for r in steps), steps
-    played = episodes(run, 1)
+    played = trains_two_steps("tutorial/example_werewolves/werewolves.yaml", tmp_path / "runs" / "werewolves", capsys,
+                              "astuner.data.train_batch_size=1")
     assert all(e["agents"] == ["werewolf"] and e["calls"] >= 1 for e in played), [(e["agents"], e["calls"])
                                                                                    for e in played]
 
