@@ -35,14 +35,19 @@ def normalise(values: Sequence[float], norm_by_std: bool, eps: float = 1e-6) -> 
     return [c / (std + eps) for c in centred]
 
 
+def group_key(sample: Sample, by: str = "task") -> tuple[str, ...]:
+    """A sample's GRPO group (trainer_common.algorithm.adv_group): its task, or its task and agent."""
+    return (sample.task_id, sample.agent) if by == "agent" else (sample.task_id,)
+
+
 def assign_advantages(samples: Sequence[Sample], estimator: str, norm_by_std: bool = True,
-                      eps: float = 1e-6, step_norm: bool = False) -> None:
-    """Set `sample.advantage` in place; groups are keyed by task id."""
+                      eps: float = 1e-6, step_norm: bool = False, by: str = "task") -> None:
+    """Set `sample.advantage` in place; groups are keyed by `group_key`."""
     if estimator not in ESTIMATORS:
         raise ValueError(f"unknown advantage estimator {estimator!r}; choose one of {', '.join(ESTIMATORS)}")
-    groups: dict[str, list[Sample]] = {}
+    groups: dict[tuple[str, ...], list[Sample]] = {}
     for s in samples:
-        groups.setdefault(s.task_id, []).append(s)
+        groups.setdefault(group_key(s, by), []).append(s)
     for members in groups.values():
         if estimator == "grpo":
             for s, a in zip(members, normalise([s.reward for s in members], norm_by_std, eps)):
@@ -59,9 +64,9 @@ def assign_advantages(samples: Sequence[Sample], estimator: str, norm_by_std: bo
             s.advantage = adv[s.episode_uuid] / max(calls[s.episode_uuid], 1) if step_norm else adv[s.episode_uuid]
 
 
-def zero_variance_groups(samples: Sequence[Sample]) -> set[str]:
-    """Task ids whose samples all have the same reward (no learning signal under GRPO)."""
-    rewards: dict[str, set[float]] = {}
+def zero_variance_groups(samples: Sequence[Sample], by: str = "task") -> set[tuple[str, ...]]:
+    """The groups (`group_key`) whose samples all have the same reward (no learning signal under GRPO)."""
+    rewards: dict[tuple[str, ...], set[float]] = {}
     for s in samples:
-        rewards.setdefault(s.task_id, set()).add(s.reward)
-    return {task for task, values in rewards.items() if len(values) == 1}
+        rewards.setdefault(group_key(s, by), set()).add(s.reward)
+    return {group for group, values in rewards.items() if len(values) == 1}

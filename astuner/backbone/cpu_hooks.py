@@ -1,6 +1,7 @@
 """Runtime hooks shared by the backbones' CPU modes (verl 0.9's CPU platform, Trinity's trainer on its bundled
 verl 0.8): a patch applied right after a module is imported, and verl's process groups over gloo alone.
-Nothing here touches installed files; each hook is loaded only in its CPU mode."""
+Nothing here touches installed files; each hook is loaded only where it applies (a CPU mode, several policies on
+Trinity)."""
 
 from __future__ import annotations
 
@@ -39,8 +40,16 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
 
 def after_import(name: str, patch: Callable[[Any], None]) -> None:
-    """`patch(module)` now if `name` is imported, else right after its import (once per process)."""
-    if name in sys.modules:
+    """`patch(module)` now if `name` is imported, else right after its import (once per process). A module still
+    being imported (it imported the module that asks, e.g. verl's plug-in hook from inside Trinity's trainer) is
+    patched by a thread as soon as its import ends: the thread's own import waits on that module's import lock."""
+    if name in sys.modules and getattr(getattr(sys.modules[name], "__spec__", None), "_initializing", False):
+        import importlib
+        import threading
+
+        threading.Thread(target=lambda: patch(importlib.import_module(name)), daemon=True,
+                         name=f"after-import-{name}").start()
+    elif name in sys.modules:
         patch(sys.modules[name])
     elif not any(isinstance(f, _AfterImport) and f.name == name and f.patch is patch for f in sys.meta_path):
         sys.meta_path.insert(0, _AfterImport(name, patch))

@@ -12,7 +12,7 @@ import difflib
 from dataclasses import dataclass
 from typing import Any, ClassVar, Optional
 
-from astuner.config.keys import DEBUG, NOT_TRINITY, NOT_VERL, key, section
+from astuner.config.keys import DEBUG, NOT_VERL, key, section
 from astuner.config.schema_trainer import TrainerCommonConfig
 
 # allowed values; the modules that implement them are checked against these lists (tests/config/test_schema.py)
@@ -162,12 +162,12 @@ class DataConfig:
 class TinyModelConfig:
     """A tiny random Qwen2 model with a locally trained tokenizer."""
 
-    seed: int = key(0, "Seed of the random weights and the tokenizer's corpus order.", backbones=NOT_TRINITY)
-    hidden_size: int = key(64, "Hidden size.", gt=0, backbones=NOT_TRINITY)
-    layers: int = key(2, "Decoder layers.", gt=0, backbones=NOT_TRINITY)
-    heads: int = key(4, "Attention heads (hidden_size must be a multiple).", gt=0, backbones=NOT_TRINITY)
+    seed: int = key(0, "Seed of the random weights and the tokenizer's corpus order.")
+    hidden_size: int = key(64, "Hidden size.", gt=0)
+    layers: int = key(2, "Decoder layers.", gt=0)
+    heads: int = key(4, "Attention heads (hidden_size must be a multiple).", gt=0)
     tokenizer: str = key("bpe", "bpe (byte-level BPE) or words (one token per word and per digit; CPU demos).",
-                         choices=TINY_TOKENIZERS, backbones=NOT_TRINITY)
+                         choices=TINY_TOKENIZERS)
 
 
 @dataclass
@@ -191,7 +191,7 @@ class ModelConfig:
     tiny: Optional[TinyModelConfig] = key(
         None, "When set and model.path does not exist yet, a tiny random Qwen2 model with a locally trained "
         "tokenizer is written there first (deterministic from its seed): {seed, hidden_size, layers, heads, "
-        "tokenizer}.", backbones=NOT_TRINITY)
+        "tokenizer}.")
     lora: Optional[LoraConfig] = key(
         None, "Train a LoRA adapter instead of every weight: {rank, alpha, target_modules, dropout}; `lora: {}` takes "
         "the defaults. Debug backbone: peft (checkpoints hold the adapter; `astuner merge-lora` writes base + "
@@ -333,7 +333,7 @@ class RolloutConfig:
     agent_policy: dict[str, str] = key(
         {}, "With astuner.policies: agent name (or shell-style pattern: wolf_*) -> policy name; an agent matched by "
         "no entry is not trained (register_model's default_model serves it). {} with one policy: every agent.",
-        backbones=DEBUG, rule=lambda v: all(isinstance(k, str) and k and isinstance(p, str) and p
+        backbones=NOT_VERL, rule=lambda v: all(isinstance(k, str) and k and isinstance(p, str) and p
                                             for k, p in v.items()),
         must="a mapping of agent names or patterns to policy names")
 
@@ -440,7 +440,7 @@ class PolicyConfig:
     lora: Optional[LoraConfig] = key(None, "As model.lora, for path (null with path null: model.lora).",
                                      backbones=DEBUG)
     trainable: bool = key(True, "false: a frozen policy (sampled, never trained, no optimizer, no checkpoint).",
-                          backbones=DEBUG)
+                          backbones=NOT_VERL)
     optim: PolicyOptimConfig = section(PolicyOptimConfig)
     algorithm: PolicyAlgorithmConfig = section(PolicyAlgorithmConfig)
 
@@ -476,7 +476,8 @@ class AstunerConfig:
         "algorithm: {clip_ratio_low, clip_ratio_high, use_kl_loss, kl_loss_coef, entropy_coeff}}; "
         "rollout.agent_policy says which agent uses which. Each trainable one has its own samples, advantages, "
         "optimizer, checkpoint (policies/<name>/) and metrics (policy/<name>/...). {} = the one policy of "
-        "astuner.model. Debug backbone only (verl and Trinity train one model per job).", backbones=DEBUG,
+        "astuner.model. On Trinity each learning policy is a LoRA adapter of astuner.model (model.lora set; "
+        "docs/policies.md); verl trains one model per job.", backbones=NOT_VERL,
         rule=lambda v: all(_folder_name(n) for n in v), must="policy names that are folder names",
         message=lambda path, v: f"{path}: {next(n for n in v if not _folder_name(n))!r} is not a folder name (each "
                                 f"policy's checkpoint is policies/<name>/); use letters, digits, '.', '_' or '-'")

@@ -49,6 +49,11 @@ class AlgorithmConfig:
     adv_estimator: str = key(
         "grpo", "grpo (each sample normalised within its task's group) | multi_step_grpo (episodes normalised "
         "within the group; every sample of an episode shares its advantage).", choices=ESTIMATORS)
+    adv_group: str = key(
+        "task", "What a GRPO group is: task = a policy's samples of one task (its num_repeat episodes) | agent = "
+        "each agent's samples of one task apart (Dr. MAS: when several agents of one policy act in an episode "
+        "and their rewards differ in scale, so that one agent's rewards do not set another's baseline).",
+        choices=("task", "agent"), backbones=NOT_VERL)
     norm_adv_by_std_in_grpo: bool = key(True, "Divide group-centred rewards by the group's standard deviation.",
                                         backbones=NOT_TRINITY)
     adv_epsilon: float = key(1e-6, "The eps of (r - mean) / (std + eps) (Trinity-RFT's advantage_fn_args.epsilon).",

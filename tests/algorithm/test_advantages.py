@@ -46,9 +46,27 @@ def test_a_group_of_one_has_mean_0_and_std_1_as_in_verl():
 def test_equal_rewards_give_zero_and_are_detected():
     assert normalise([0.3, 0.3, 0.3], True) == [0.0, 0.0, 0.0]
     samples = [sample("a", "e1", 1.0), sample("a", "e2", 1.0), sample("b", "f1", 0.0), sample("b", "f2", 1.0)]
-    assert zero_variance_groups(samples) == {"a"}
+    assert zero_variance_groups(samples) == {("a",)}
 
 
 def test_unknown_estimator():
     with pytest.raises(ValueError, match="unknown advantage estimator 'gae'"):
         assign_advantages([], "gae")
+
+
+def test_per_agent_groups_normalise_each_agents_rewards_apart():
+    """adv_group agent (Dr. MAS): two agents of one policy in each episode, one scored in tens, one in units;
+    per task each agent is normalised against itself, not against the other's scale."""
+    def agent_sample(episode, agent, reward):
+        s = sample("t", episode, reward)
+        s.agent = agent
+        return s
+
+    samples = [agent_sample("e1", "big", 10.0), agent_sample("e1", "small", 1.0),
+               agent_sample("e2", "big", 20.0), agent_sample("e2", "small", 0.0)]
+    assign_advantages(samples, "grpo", norm_by_std=False, by="agent")
+    assert [s.advantage for s in samples] == [-5.0, 0.5, 5.0, -0.5]
+    assign_advantages(samples, "grpo", norm_by_std=False)  # one group: the big agent sets everyone's baseline
+    assert [s.advantage for s in samples] == [2.25, -6.75, 12.25, -7.75]
+    same = samples[:1] + [agent_sample("e2", "big", 10.0)] + samples[1::2]
+    assert zero_variance_groups(same, by="agent") == {("t", "big")}

@@ -70,10 +70,10 @@ def test_rollouts_ahead_asked_for_by_the_schedule_alone_are_refused_on_verl(tmp_
 
 def test_every_refusal_is_said_together_on_one_dry_run(tmp_path, capsys):
     code, _, err = run_cli(["--conf", TINY, "--backbone", "trinity", "--dry-run", "--exp-dir", str(tmp_path),
-                            f"astuner.model.path={tmp_path / 'model'}", ASKS["several_policies"],
+                            f"astuner.model.path={tmp_path / 'model'}", ASKS["stale_drop"],
                             ASKS["grpo_without_std"], ASKS["mini_batches"]], capsys)
     assert code == 2
-    for feature in ("several_policies", "grpo_without_std", "mini_batches"):
+    for feature in ("stale_drop", "grpo_without_std", "mini_batches"):
         assert refusal("trinity", feature) in err
 
 

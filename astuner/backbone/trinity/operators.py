@@ -26,10 +26,11 @@ FAILED = "astuner_failed"  # info key of the one experience a failed, untrained 
 
 
 def one_per_episode(exps: list[Any]) -> list[Any]:
-    """The first experience of each episode (experiences of one episode share its reward)."""
+    """The first experience of each episode in each group (an episode's experiences in one group share its reward;
+    with several policies, or `adv_group: agent`, an episode has experiences in several groups)."""
     seen: dict[Any, Any] = {}
     for exp in exps:
-        seen.setdefault(exp.info.get("episode_uuid") or id(exp), exp)
+        seen.setdefault((exp.info.get("episode_uuid") or id(exp), exp.eid.tid), exp)
     return list(seen.values())
 
 

