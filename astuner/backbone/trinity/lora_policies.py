@@ -72,23 +72,25 @@ def add_policy_adapters(module: Any, learners: list[str]) -> Any:
     for policy in learners:
         if policy not in module.peft_config:
             module.add_adapter(policy, copy.deepcopy(settings))
+    select_adapter(module, learners[0])
+    # every learner's parameters trainable while the model is built: Trinity casts those to FSDP's dtype then
     for name, param in module.named_parameters():
         adapter = adapter_of(name)
         if adapter is not None:
             param.requires_grad_(adapter in learners)
-    select_adapter(module, learners[0])
     return module
 
 
 def select_adapter(module: Any, policy: str) -> None:
-    """`policy`'s adapter is the one every LoRA layer applies. Set on the layers directly: peft's `set_adapter`
-    also flips `requires_grad`, which FSDP has taken in when it wrapped the model."""
+    """`policy`'s adapter is the one every LoRA layer applies, and the only one whose parameters take a gradient
+    (peft's per-layer `set_adapter`). Made before every update: verl's reference pass (`disable_adapter()`) leaves
+    only the adapter active at that time trainable when it ends."""
     from peft.tuners.tuners_utils import BaseTunerLayer
 
     model = getattr(module, "_fsdp_wrapped_module", module)
     for layer in model.modules():
         if isinstance(layer, BaseTunerLayer):
-            layer._active_adapter = policy
+            layer.set_adapter(policy)
     base = getattr(model, "base_model", None)
     if base is not None and hasattr(base, "active_adapter"):
         base.active_adapter = policy

@@ -404,13 +404,10 @@ def test_the_signal_game_trains_two_policies_as_adapters_on_trinity(tmp_path):
     def same(x, y):
         return x.keys() == y.keys() and all(x[k].equal(y[k]) for k in x)
 
-    for step in (1, 2):
-        for policy in ("hinter", "guesser"):
-            moved = trainer[f"policy/{policy}/actor/grad_norm"][step + 1] > 0
-            # an adapter changes exactly at the steps its own samples gave it a gradient
-            assert same(adapter(step, policy), adapter(step + 1, policy)) != moved, (step, policy)
-    assert any(trainer["policy/hinter/actor/grad_norm"].values())
-    assert any(trainer["policy/guesser/actor/grad_norm"].values())
+    for policy in ("hinter", "guesser"):
+        # a gradient at every step (the entropy bonus, when no reward differs), and the adapter moved by it
+        assert all(trainer[f"policy/{policy}/actor/grad_norm"][step] > 0 for step in (1, 2, 3)), trainer
+        assert not same(adapter(1, policy), adapter(2, policy)) and not same(adapter(2, policy), adapter(3, policy))
     assert not any(key.startswith("policy/idle/") for key in trainer)  # no sample, no update
     idle = adapter(3, "idle")
     assert same(adapter(1, "idle"), idle) and all(not v.any() for k, v in idle.items() if "lora_B" in k)
