@@ -7,7 +7,7 @@ experience per episode (`info.episode_uuid`) for the statistic, as the debug bac
 (`astuner.data.operators`), and are otherwise Trinity's operators: the same metrics, the same feedback to
 Trinity's task selector. `reward_filter` keeps or drops single experiences and is used unchanged.
 
-`ShortGroups`, always first, acts on the groups a failed episode left short (rollout.short_group), as the debug
+`ShortGroups`, always first, acts on the groups (all of a task's, `task_of`) a failed episode left short (rollout.short_group), as the debug
 backbone's rollout manager does. `StepPadding`, always last of these operators, makes every explorer step hand the
 trainer the same number of experiences (see its docstring).
 """
@@ -23,6 +23,7 @@ from trinity.common.experience import EID, Experience
 
 PADDING_TASK = "astuner-padding"
 FAILED = "astuner_failed"  # info key of the one experience a failed, untrained episode hands Trinity (workflow.py)
+TASK = "astuner_task"  # info key: the task of an experience whose group is a part of it (workflow.group_of)
 
 
 def one_per_episode(exps: list[Any]) -> list[Any]:
@@ -60,11 +61,18 @@ class ShortGroups(ExperienceOperator):
         self.drop = bool(drop)
 
     def process(self, exps: list[Any]) -> tuple[list[Any], dict]:
-        short = {exp.eid.tid for exp in exps if exp.info.get(FAILED)}
-        survivors = {exp.eid.tid for exp in exps if not exp.info.get(FAILED)}
+        short = {task_of(exp) for exp in exps if exp.info.get(FAILED)}
+        survivors = {task_of(exp) for exp in exps if not exp.info.get(FAILED)}
         dropped = short & survivors if self.drop else set()
-        kept = [exp for exp in exps if not exp.info.get(FAILED) and exp.eid.tid not in dropped]
+        kept = [exp for exp in exps if not exp.info.get(FAILED) and task_of(exp) not in dropped]
         return kept, {"short_groups": len(short), "dropped_short_groups": len(dropped)}
+
+
+def task_of(exp: Any) -> tuple[Any, Any]:
+    """The task an experience's group belongs to: with several policies or per-agent groups a task has several
+    groups (`eid.task` = `<task>/<policy>[/<agent>]`, `TASK` naming the task), and a failed episode leaves each
+    of them short."""
+    return exp.eid.batch, str(exp.info.get(TASK, exp.eid.task))
 
 
 class StepPadding(ExperienceOperator):

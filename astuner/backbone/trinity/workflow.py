@@ -17,7 +17,7 @@ from trinity.common.workflows.workflow import Workflow as TrinityWorkflow
 from astuner.backbone.run_health import report
 from astuner.backbone.runtime import cached_tokenizer, load_saved_run, task_from_row
 from astuner.backbone.trinity.engine import TrinityEngine, learning_policies
-from astuner.backbone.trinity.operators import FAILED
+from astuner.backbone.trinity.operators import FAILED, TASK
 from astuner.model.auxiliary import config_auxiliary_models, served_locally
 from astuner.model.engines.openai_engine import OpenAIClientEngine
 from astuner.rollout.manager import EpisodeResult, RolloutManager
@@ -46,16 +46,16 @@ def episode_to_experiences(episode: EpisodeResult, cfg: Any = None, task_id: str
                "tool_parse_failures": float(episode.tool_parse_failures), **episode.metrics}
     info = {"task_id": episode.task.task_id, "episode_uuid": episode.episode_uuid, "error": episode.error,
             "madness": list(episode.mad_reasons)}
-    if episode.failed and not episode.samples:  # with several policies, a marker in each policy's group
-        tasks = [f"{task_id}/{p}" for p in learning_policies(cfg)] if cfg is not None and cfg.policies else [""]
-        return [Experience(eid=EID(step=0, task=task), tokens=[0, 0], prompt_length=1, logprobs=[0.0],
-                           action_mask=[False], reward=0.0,
-                           info={**info, FAILED: True, "num_calls": 0, "truncated": False}, metrics=dict(metrics))
-                for task in tasks]
+    if episode.failed and not episode.samples:
+        return [Experience(eid=EID(step=0), tokens=[0, 0], prompt_length=1, logprobs=[0.0], action_mask=[False],
+                           reward=0.0, info={**info, FAILED: True, "num_calls": 0, "truncated": False},
+                           metrics=dict(metrics))]
     out = []
     for step, sample in enumerate(episode.samples):
         task, suffix = group_of(cfg, task_id, sample) if cfg is not None else ("", "")
-        eid = EID(step=step, task=task, suffix=suffix) if suffix or task else EID(step=step)
+        eid = EID(step=step, task=task, suffix=suffix) if task else EID(step=step)
+        if task:  # a part of the task's episodes: ShortGroups finds the task (operators.task_of)
+            info = {**info, TASK: task_id}
         out.append(Experience(
             eid=eid, tokens=sample.input_ids, prompt_length=sample.prompt_length,
             logprobs=sample.logprobs, action_mask=[bool(m) for m in sample.loss_mask], reward=float(sample.reward),

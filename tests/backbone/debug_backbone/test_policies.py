@@ -306,3 +306,36 @@ def test_a_policy_without_a_path_takes_its_own_lora(game, trainers, capsys):
     slots = trainers[-1].learner.slots
     assert hasattr(slots["hinter"].model, "peft_config") and slots["hinter"].model.peft_config["default"].r == 4
     assert not hasattr(slots["guesser"].model, "peft_config")  # the others stay full copies of astuner.model
+
+
+@pytest.mark.parametrize("by", ["agent", "task"])
+def test_per_agent_groups_normalise_each_agent_of_a_policy_apart(game, capsys, monkeypatch, by):
+    """`algorithm.adv_group: agent` (Dr. MAS): the hinter and the guesser as one policy (`team`); each agent's
+    samples of a task are a GRPO group of their own, so their advantages sum to 0 per (task, agent); with the
+    default, per task (the two agents together)."""
+    from astuner.backbone.debug import learner
+
+    groups: list[dict] = []
+    signal: list[bool] = []
+    real = learner.assign_advantages
+
+    def spy(samples, *args, **kwargs):
+        real(samples, *args, **kwargs)
+        signal.append(any(s.advantage != 0 for s in samples))
+        sums: dict = {}
+        for s in samples:
+            key = (s.task_id, s.agent) if by == "agent" else s.task_id
+            sums[key] = sums.get(key, 0.0) + s.advantage
+        groups.append(sums)
+
+    monkeypatch.setattr(learner, "assign_advantages", spy)
+
+    def one_team(a):
+        a["policies"] = {"team": {}, "noise": {"trainable": False}}
+        a["rollout"]["agent_policy"] = {"hinter": "team", "guesser": "team", "noise*": "noise"}
+        a["trainer_common"]["algorithm"].update(adv_group=by, drop_zero_variance_groups=False)
+
+    code, _, err = run_cli(["--conf", edited(game, one_team), "astuner.trainer_common.total_training_steps=3"], capsys)
+    assert code == 0, err
+    assert groups and all(abs(total) < 1e-4 for sums in groups for total in sums.values())
+    assert any(signal)  # some group's rewards differed: the sums above are of advantages that are not all 0

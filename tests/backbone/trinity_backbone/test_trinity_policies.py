@@ -47,3 +47,52 @@ def test_adapter_parameters_are_told_apart_by_name():
     assert adapter_of("base_model.model.model.layers.0.mlp.up_proj.lora_B.default.weight") == "default"
     assert adapter_of("base_model.model.model.embed_tokens.lora_embedding_A.guesser") == "guesser"
     assert adapter_of("base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight") is None
+
+
+def test_a_failed_episode_leaves_every_group_of_its_task_short():
+    """With several policies a task has a group per policy (`<task>/<policy>`); the one marker a failed episode
+    hands Trinity makes all of them short, so `short_group: drop` drops each, and no other task's."""
+    from trinity.common.experience import EID, Experience
+
+    from astuner.backbone.trinity.operators import FAILED, TASK, ShortGroups
+
+    def exp(task, info, batch=0):
+        return Experience(eid=EID(batch=batch, task=task), tokens=[0, 0], prompt_length=1, logprobs=[0.0],
+                          action_mask=[True], reward=1.0, info=info)
+
+    marker = exp(7, {FAILED: True})  # Trinity's runner names the task of a marker: its own task id
+    kept = [exp(f"7/{p}", {TASK: "7"}) for p in ("hinter", "guesser")]
+    other = [exp(f"8/{p}", {TASK: "8"}) for p in ("hinter", "guesser")] + [exp("7/hinter", {TASK: "7"}, batch=1)]
+    out, metrics = ShortGroups(drop=True).process([marker, *kept, *other])
+    assert out == other and metrics == {"short_groups": 1, "dropped_short_groups": 1}
+    out, _ = ShortGroups(drop=False).process([marker, *kept, *other])
+    assert out == kept + other
+
+
+def test_mask_rows_leaves_the_padding_rows_without_loss():
+    import torch
+    from verl import DataProto
+
+    from astuner.backbone.trinity.lora_policies import mask_rows
+
+    batch = DataProto.from_dict({"response_mask": torch.ones(4, 3, dtype=torch.long)})
+    mask_rows(batch, 0)
+    assert int(batch.batch["response_mask"].sum()) == 12
+    mask_rows(batch, 1)
+    assert batch.batch["response_mask"].tolist() == [[1, 1, 1]] * 3 + [[0, 0, 0]]
+
+
+def test_an_experiences_group_is_its_policys_or_its_agents():
+    from types import SimpleNamespace
+
+    from astuner.backbone.trinity.workflow import group_of
+
+    def cfg(policies, by):
+        return SimpleNamespace(policies=policies, trainer_common=SimpleNamespace(algorithm=SimpleNamespace(
+            adv_group=by)))
+
+    wolf = SimpleNamespace(policy="wolves", agent="wolf_2")
+    assert group_of(cfg({"wolves": {}}, "task"), "12", wolf) == ("12/wolves", "wolves")
+    assert group_of(cfg({"wolves": {}}, "agent"), "12", wolf) == ("12/wolves/wolf_2", "wolves")
+    assert group_of(cfg({}, "agent"), "12", wolf) == ("12//wolf_2", "")  # one policy, a group per agent
+    assert group_of(cfg({}, "task"), "12", wolf) == ("", "")  # Trinity's own grouping
