@@ -285,6 +285,18 @@ def test_a_key_that_can_be_added_is_told_to_add_it_with_plus(seed, capsys, overr
     assert code == 0, err
 
 
+def test_a_section_the_file_sets_is_replaced_with_plus(capsys, tmp_path):
+    """The file sets model.tiny, which is null by default: replacing it whole takes '+' (before: "unknown key
+    'astuner.model.tiny'; did you mean 'astuner.model.tiny'?")."""
+    conf = str(REPO_ROOT / "tutorial" / "example_multi_agent_cpu" / "signal_game.yaml")
+    tiny = "astuner.model.tiny={seed:0,hidden_size:64,layers:2,heads:2,tokenizer:words}"
+    own = ["--dry-run", "--exp-dir", str(tmp_path), f"astuner.model.path={tmp_path / 'model'}"]
+    code, _, err = run_cli(["--conf", conf, tiny, *own], capsys)
+    assert code == 2 and f"astuner.model.tiny is null by default: set it with +{tiny}" in err, err
+    code, _, err = run_cli(["--conf", conf, f"+{tiny}", *own], capsys)  # the advice, followed, passes
+    assert code == 0, err
+
+
 @pytest.mark.parametrize("override", ["astuner.rollout.num_repeats=8", "astuner.rollout.qwertyuiop=8"])
 def test_a_misspelt_override_is_not_told_to_append_a_key_astuner_would_refuse(seed, capsys, override):
     code, _, err = run_cli(["--conf", YAML, override, "--dry-run"], capsys)

