@@ -166,7 +166,10 @@ def test_lora_reaches_verls_and_trinitys_keys_and_is_refused_where_it_cannot_be_
     (entry,) = dry_run("trinity", capsys, lora)["model"]["lora_configs"]
     assert entry == {"name": "astuner_lora", "lora_rank": 16, "lora_alpha": 32, "target_modules": r"(.*\.)?(q_proj|v_proj)"}
     for bad, said in (("{alpha: 2.5}", "astuner.model.lora.alpha 2.5 cannot be honoured by Trinity-RFT"),
-                      ("{dropout: 0.1}", "astuner.model.lora.dropout 0.1 cannot be honoured by Trinity-RFT")):
+                      ("{dropout: 0.1}", "astuner.model.lora.dropout 0.1 cannot be honoured by Trinity-RFT"),
+                      # measured: vLLM's engine died loading such an adapter at the first request
+                      ("{target_modules: [q_proj, lm_head]}", "astuner.model.lora.target_modules lm_head: "
+                                                              "Trinity-RFT 0.6's vLLM engine")):
         code, _, err = run_cli(["--conf", SEED, "--backbone", "trinity", "--dry-run", f"astuner.model.lora={bad}"],
                                capsys)
         assert code == 2 and said in err, err

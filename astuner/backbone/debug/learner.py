@@ -5,9 +5,8 @@ over, the weights pushed to the engines, and the checkpoints.
 The algorithm of a step (`learn`, then `push_weights`):
   for each learning policy, in the config's order (a resumed run updates them the same way):
     1. its samples (with one policy: all of the step's);
-    2. with `algorithm.drop_zero_variance_groups`, the groups (its samples of one task, or of one agent on one task:
-       `algorithm.adv_group`) whose rewards are all
-       equal are dropped (they carry no signal) and counted;
+    2. with `algorithm.drop_zero_variance_groups`, the groups (its samples of one task, or of one agent on one
+       task: `algorithm.adv_group`) whose rewards are all equal are dropped (they carry no signal) and counted;
     3. advantages over the remaining groups (`algorithm.adv_estimator`: GRPO's group-normalised reward, ...);
     4. `PolicyTrainer.update`: the PPO-clipped surrogate against the old policy's log-probs, an optional KL to
        the frozen initial policy, an entropy bonus (`policy.py`);

@@ -269,6 +269,12 @@ def lora_config(lora: Any) -> dict[str, Any]:
     matches against each module's full name (Trinity takes one string)."""
     check_lora(lora, "trinity", "Trinity-RFT 0.6")
     targets = lora.target_modules
+    unserved = sorted({t for t in (targets if isinstance(targets, list) else []) if t.rsplit(".", 1)[-1] in
+                       ("lm_head", "embed_tokens")})
+    if unserved:  # measured (vLLM 0.29): the engine fails to load the adapter at the first request, and dies
+        raise ConfigError(f"astuner.model.lora.target_modules {', '.join(unserved)}: Trinity-RFT 0.6's vLLM engine "
+                          f"samples with the adapter itself, and vLLM serves LoRA on the decoder's linear layers only "
+                          f"(q_proj ... down_proj); remove {', '.join(unserved)} for --backbone trinity")
     if isinstance(targets, list):
         targets = r"(.*\.)?(" + "|".join(re.escape(t) for t in targets) + ")"
     return {"name": LORA_NAME, "lora_rank": lora.rank, "lora_alpha": int(lora.alpha), "target_modules": targets}

@@ -210,26 +210,9 @@ def test_trinity_trains_steps_whose_episodes_yield_0_1_or_2_samples(tmp_path):
 def sampled_with_adapter(root, exps, step: int) -> tuple[float, float]:
     """The mean |log-prob gap| on the trained tokens of `exps` between what vLLM recorded and a transformers
     forward pass of (the warm-started base model, that base with step `step`'s adapter), both at temperature 1."""
-    import torch
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM
-
-    base = AutoModelForCausalLM.from_pretrained(root / "warm_start" / "model", torch_dtype=torch.float32)
-
-    def gap(model) -> float:
-        gaps = []
-        for exp in exps:
-            ids = torch.as_tensor(exp.tokens).long()[None]
-            with torch.no_grad():
-                logits = model(input_ids=ids).logits[0, exp.prompt_length - 1:-1].float()
-            ours = torch.log_softmax(logits, -1).gather(-1, ids[0, exp.prompt_length:, None]).squeeze(-1)
-            mask = torch.as_tensor(exp.action_mask).bool()
-            gaps.append((ours - torch.as_tensor(exp.logprobs).float()).abs()[mask].mean().item())
-        return sum(gaps) / len(gaps)
-
-    without = gap(base)
     adapter = root / "checkpoints" / "tool_cpu" / "uneven" / f"global_step_{step}" / "actor" / "lora_adapter"
-    return without, gap(PeftModel.from_pretrained(base, adapter))
+    return logprob_gap(root / "warm_start" / "model", None, exps), logprob_gap(root / "warm_start" / "model",
+                                                                                adapter, exps)
 
 
 def test_tune_on_trinity_with_difficulty_based_selection(warm_model, tmp_path):
@@ -435,12 +418,13 @@ def test_the_signal_game_trains_two_policies_as_adapters_on_trinity(tmp_path):
 
 def logprob_gap(base, adapter, exps) -> float:
     """The mean |log-prob gap| on the trained tokens of `exps` between what vLLM recorded and transformers' forward
-    pass of `base` with `adapter`, at temperature 1."""
+    pass of `base` (with `adapter`, unless None), at temperature 1."""
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), adapter)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    model = PeftModel.from_pretrained(model, adapter) if adapter is not None else model
     gaps = []
     for exp in exps:
         ids = torch.as_tensor(exp.tokens).long()[None]

@@ -31,7 +31,8 @@ def test_each_policy_asks_for_its_adapter_of_the_step_trinity_synced():
 
 
 def test_a_batch_splits_by_the_policy_each_experience_names():
-    uids = ["0/t1/hinter/0/0/hinter", "0/t1/guesser/0/1/guesser", "0/astuner-padding/0/0/1f3a", "0/t2/hinter/1/0/hinter"]
+    uids = ["0/t1/hinter/0/0/hinter", "0/t1/guesser/0/1/guesser", "0/astuner-padding/0/0/1f3a",
+            "0/t2/hinter/1/0/hinter"]
     assert policy_rows(uids, ["hinter", "guesser"]) == {"hinter": [0, 3], "guesser": [1]}
     assert policy_rows(uids, ["guesser", "other"]) == {"guesser": [1], "other": []}
 
