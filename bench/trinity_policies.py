@@ -2,8 +2,8 @@
 policies' trainer memory and step time against one's.
 
 The signal game as LoRA adapters of one tiny base (tutorial/example_multi_agent_cpu/signal_game_lora.yaml), per
-seed (the tiny model's): on debug and on Trinity's CPU mode with its two learning policies, and on Trinity as one
-policy (no `policies`: one adapter trains on both agents' calls, rollout.trainable_targets).
+seed (the tiny model's): on debug and on Trinity's CPU mode with its two learning policies, and on Trinity with one
+learning policy for both agents (`team`: one adapter trains on the same samples).
 
 - Curves: each policy's training reward per episode, over the run's last third of steps, on debug and on Trinity,
   with bootstrap 95% intervals over the episodes (Trinity's explorer step t is the debug backbone's step t: both
@@ -50,10 +50,9 @@ def config(tmp: Path, seed: int, several: bool) -> Path:
     a = conf["astuner"]
     a["model"]["path"] = str(tmp / f"model{seed}")
     a["model"]["tiny"]["seed"] = seed
-    if not several:
-        del a["policies"]
-        del a["rollout"]["agent_policy"]
-        a["rollout"]["trainable_targets"] = list(POLICIES)
+    if not several:  # one learning policy for both agents: the same samples trained, on one adapter
+        a["policies"] = {"team": {}, "noise": {"trainable": False}}
+        a["rollout"]["agent_policy"] = {"hinter": "team", "guesser": "team", "noise*": "noise"}
     path = tmp / f"{'two' if several else 'one'}_{seed}.yaml"
     path.write_text(yaml.safe_dump(conf))
     return path

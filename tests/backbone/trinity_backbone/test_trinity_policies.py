@@ -97,3 +97,18 @@ def test_an_experiences_group_is_its_policys_or_its_agents():
     assert group_of(cfg({"wolves": {}}, "agent"), "12", wolf) == ("12/wolves/wolf_2", "wolves")
     assert group_of(cfg({}, "agent"), "12", wolf) == ("12//wolf_2", "")  # one policy, a group per agent
     assert group_of(cfg({}, "task"), "12", wolf) == ("", "")  # Trinity's own grouping
+
+
+def test_the_engine_gets_a_slot_per_adapter():
+    """Trinity's validator sizes vLLM's `max_loras` from its one `lora_configs` entry: one slot per learning policy
+    plus Trinity's own adapter (re-added at each weight sync), so a batch mixing every policy's calls is served."""
+    from types import SimpleNamespace
+
+    from astuner.backbone.trinity.lora_policies import widen_lora_slots
+
+    config = SimpleNamespace(explorer=SimpleNamespace(rollout_model=SimpleNamespace(
+        lora_kwargs={"max_loras": 1, "max_lora_rank": 8})))
+    widen_lora_slots(config, [])
+    assert config.explorer.rollout_model.lora_kwargs["max_loras"] == 1
+    widen_lora_slots(config, ["hinter", "guesser"])
+    assert config.explorer.rollout_model.lora_kwargs == {"max_loras": 3, "max_lora_rank": 8}
