@@ -339,3 +339,11 @@ def test_per_agent_groups_normalise_each_agent_of_a_policy_apart(game, capsys, m
     assert code == 0, err
     assert groups and all(abs(total) < 1e-4 for sums in groups for total in sums.values())
     assert any(signal)  # some group's rewards differed: the sums above are of advantages that are not all 0
+
+
+def test_trinity_refuses_recomputed_old_log_probs_with_several_policies(game, capsys):
+    """Trinity's trainer would recompute a step's old log-probs with one adapter for every policy's rows."""
+    lora = "tutorial/example_multi_agent_cpu/signal_game_lora.yaml"
+    code, _, err = run_cli(["--conf", lora, "--dry-run", "--backbone", "trinity",
+                            "+trinity.algorithm.bypass_old_logprobs=false"], capsys)
+    assert code == 2 and "trinity.algorithm.bypass_old_logprobs false with astuner.policies" in err, err
