@@ -11,8 +11,8 @@ as they are. What it changes:
   init), each trainable, `default` not (`add_policy_adapters`);
 - the update (Trinity's `VERLTrainer._update_actor`, the trainer actor): the step's batch split by the policy each
   experience names (`eid.suffix`, set by the workflow), one `update_actor` call per policy with samples, its
-  adapter made the active one in each FSDP worker for that call (`select_adapter`). Adapters without samples take
-  no part: no gradient, so AdamW leaves them as they are; the gradient clip is each policy's own; the learning-rate
+  adapter made the active and only trainable one in each FSDP worker for that call (`select_adapter`). Other
+  adapters take no part: no gradient, so AdamW leaves them as they are; the gradient clip is each policy's own; the learning-rate
   schedule advances once per step, not once per policy (`_keep_schedule`);
 - the adapters saved with each checkpoint: `actor/lora_adapter/<policy>/` each (peft's format), and the first
   policy's at `actor/lora_adapter/` as well, which Trinity's engine re-adds at each weight sync. verl's own
