@@ -127,7 +127,6 @@ def split_update(trainer_module: Any) -> None:
     cls = trainer_module.VERLTrainer
     if getattr(cls._update_actor, "astuner_policies", False):
         return
-    original = cls._update_actor
 
     def _update_actor(self: Any, batch: Any, metrics: dict) -> Any:
         learners = env_policies()
@@ -149,7 +148,6 @@ def split_update(trainer_module: Any) -> None:
         return batch
 
     _update_actor.astuner_policies = True  # type: ignore[attr-defined]
-    _update_actor.original = original  # type: ignore[attr-defined]
     cls._update_actor = _update_actor
 
 
